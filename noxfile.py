@@ -1,0 +1,120 @@
+"""Every workspace task: `nox -l` lists them, `nox -s NAME` runs one, `-r` reuses its venv.
+
+The venvs are plain `venv` + pip (not uv): pip installs torch 2.14.1 from this machine's local copy,
+uv would download several GB.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PACKAGES = ["paravt-core", "paravt-tools", "paravt-rewards", "paravt-train", "paravt-eval"]
+LIGHT_PACKAGES = ["paravt-core", "paravt-rewards"]  # must install and import without torch
+# The CPU stack verified in ../shared/docs/ENVIRONMENT.md (torch 2.13 has no working torchvision).
+CPU_STACK = ["torch==2.14.1", "torchvision==0.29.1", "torchcodec==0.17.0"]
+EDITABLE_EXTRAS = {"paravt-core": "[hf,openai]"}
+TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3"]
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["tests", "lint", "typecheck"]
+
+
+def _install_workspace(session: nox.Session) -> None:
+    """One venv with every package editable plus the verified CPU stack."""
+    session.install(*CPU_STACK)
+    editables: list[str] = []
+    for pkg in PACKAGES:
+        editables += ["-e", f"packages/{pkg}{EDITABLE_EXTRAS.get(pkg, '')}"]
+    session.install(*editables)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run every package's tests in one venv (pass pytest arguments after `--`)."""
+    _install_workspace(session)
+    session.install(*TEST_TOOLS)
+    session.run("pytest", *(session.posargs or ["packages"]))
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check + ruff format --check over the whole tree."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy on the light packages (core and rewards)."""
+    session.install("mypy>=1.11", "pydantic>=2.7,<3", "httpx>=0.27", "types-PyYAML")
+    session.install("--no-deps", "-e", "packages/paravt-core", "-e", "packages/paravt-rewards")
+    session.run(
+        "mypy",
+        "packages/paravt-core/src/paravt/core",
+        "packages/paravt-rewards/src/paravt/rewards",
+    )
+
+
+def _build(session: nox.Session, packages: list[str]) -> None:
+    session.install("build>=1.2", "twine>=5")
+    dist = ROOT / "dist"
+    dist.mkdir(exist_ok=True)
+    for pkg in packages:
+        for old in dist.glob(pkg.replace("-", "_") + "-*"):
+            old.unlink()
+        session.run("python", "-m", "build", "--outdir", str(dist), f"packages/{pkg}")
+    session.run("twine", "check", "--strict", *[str(p) for p in sorted(dist.iterdir())])
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """Wheel + sdist of every package into dist/ (checked with twine)."""
+    _build(session, PACKAGES)
+
+
+@nox.session
+def install_isolated(session: nox.Session) -> None:
+    """Install only the built core + rewards wheels into a torch-free venv and run their examples.
+
+    Proves `pip install paravt-rewards` stays light: no torch, no numpy.
+    """
+    _build(session, LIGHT_PACKAGES)
+    session.run("python", "-m", "pip", "uninstall", "-y", *LIGHT_PACKAGES, silent=True)
+    session.install("--find-links", str(ROOT / "dist"), *LIGHT_PACKAGES)
+    session.run(
+        "python",
+        "-c",
+        "import importlib.util as u, sys; heavy=[m for m in ('torch','numpy','transformers') "
+        "if u.find_spec(m)]; sys.exit(f'heavy packages present: {heavy}' if heavy else 0)",
+    )
+    with session.chdir(session.create_tmp()):  # import from site-packages, not the source tree
+        for pkg in LIGHT_PACKAGES:
+            for example in sorted((ROOT / "packages" / pkg / "examples").glob("*.py")):
+                session.run("python", str(example))
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks: each bench/bench_*.py writes bench/results/<name>.json and prints a table."""
+    _install_workspace(session)
+    session.install("rich>=13")
+    scripts = sorted((ROOT / "bench").glob("bench_*.py"))
+    wanted = set(session.posargs)
+    for script in scripts:
+        if wanted and script.stem.removeprefix("bench_") not in wanted:
+            continue
+        session.run("python", str(script))
+
+
+@nox.session
+def train_smoke(session: nox.Session) -> None:
+    """The main job. Until paravt-train lands: the core demo episode on the tiny Qwen3-VL."""
+    _install_workspace(session)
+    out = ROOT / "runs" / "smoke"
+    shutil.rmtree(out, ignore_errors=True)
+    session.run("paravt-core", "demo", "--out", str(out))

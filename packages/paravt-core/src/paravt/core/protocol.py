@@ -1,0 +1,254 @@
+"""The tool protocol: `crop_video` arguments, tool calls, frames, chat messages and tool outputs.
+
+Everything the model controls passes through `CropVideoArgs` before anything is executed: times are
+finite, non-negative and ordered, `num_frames` is bounded. The model never chooses which file is read:
+a `video_path` argument (present in the schema of released checkpoints) is accepted and ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+CROP_VIDEO = "crop_video"
+DEFAULT_MAX_NUM_FRAMES = 16
+# A timestamp string is at most HH:MM:SS.fff; anything longer is not a time.
+_MAX_TIME_TEXT = 32
+_CLOCK = re.compile(r"(?:(\d{1,3}):)?(\d{1,2}):(\d{1,2}(?:\.\d+)?)")
+
+
+def parse_time_s(value: Any, *, field_name: str = "time") -> float:
+    """Seconds from a number, a numeric string (`"12.5"`, `"12.5s"`) or a clock (`MM:SS`, `HH:MM:SS`).
+
+    Raises `ValueError` naming `field_name` for anything else, NaN, infinities and negatives.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"{field_name} must be a number of seconds, not a boolean")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        if len(text) > _MAX_TIME_TEXT:
+            raise ValueError(f"{field_name} is not a time: {value[:_MAX_TIME_TEXT]!r}...")
+        for suffix in ("seconds", "second", "secs", "sec", "s"):
+            if text.endswith(suffix):
+                text = text[: -len(suffix)].strip()
+                break
+        clock = _CLOCK.fullmatch(text)
+        if clock:
+            hours, minutes, secs = clock.groups()
+            if float(secs) >= 60 or (hours is not None and int(minutes) >= 60):
+                raise ValueError(f"{field_name} {value!r} is not a valid clock time")
+            seconds = int(hours or 0) * 3600 + int(minutes) * 60 + float(secs)
+        else:
+            try:
+                seconds = float(text)
+            except ValueError:
+                raise ValueError(
+                    f"{field_name} must be seconds (e.g. 12.5) or MM:SS / HH:MM:SS, got {value!r}"
+                ) from None
+    else:
+        raise ValueError(f"{field_name} must be a number of seconds, got {type(value).__name__}")
+    if math.isnan(seconds) or math.isinf(seconds):
+        raise ValueError(f"{field_name} must be finite, got {value!r}")
+    if seconds < 0:
+        raise ValueError(f"{field_name} must not be negative, got {value!r}")
+    return seconds
+
+
+class CropVideoArgs(BaseModel):
+    """Arguments of one `crop_video` call: a time window of the sample's own video, in seconds.
+
+    Validate with `CropVideoArgs.model_validate(args, context={"max_num_frames": N})` to bound
+    `num_frames` by a configured maximum (default 16); larger requests are clamped to it.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    start_time: float = Field(
+        description="Start of the window in seconds from the beginning of the video "
+        "(numbers, numeric strings, MM:SS and HH:MM:SS are accepted)."
+    )
+    end_time: float = Field(description="End of the window in seconds; must be after start_time.")
+    num_frames: int | None = Field(
+        default=None,
+        ge=1,
+        description="Optional number of frames to sample from the window (bounded by the tool).",
+    )
+    video_path: str | None = Field(
+        default=None,
+        exclude=True,
+        description="Ignored. Accepted for released checkpoints; the runtime owns the video.",
+    )
+
+    @field_validator("start_time", "end_time", mode="before")
+    @classmethod
+    def _seconds(cls, value: Any, info: ValidationInfo) -> float:
+        return parse_time_s(value, field_name=info.field_name or "time")
+
+    @field_validator("num_frames", mode="before")
+    @classmethod
+    def _frame_count(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("num_frames must be a whole number of frames, not a boolean")
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise ValueError(f"num_frames must be a whole number, got {value!r}")
+            return int(value)
+        if isinstance(value, str) and value.strip().isdigit() and len(value) < 10:
+            return int(value)
+        return value
+
+    @field_validator("video_path", mode="before")
+    @classmethod
+    def _ignore_path(cls, value: Any) -> None:
+        return None  # never trusted, never used
+
+    @model_validator(mode="after")
+    def _ordered_and_bounded(self, info: ValidationInfo) -> CropVideoArgs:
+        if self.start_time >= self.end_time:
+            raise ValueError(
+                f"end_time ({self.end_time:g} s) must be greater than start_time "
+                f"({self.start_time:g} s)"
+            )
+        limit = DEFAULT_MAX_NUM_FRAMES
+        if isinstance(info.context, dict):
+            limit = int(info.context.get("max_num_frames", limit))
+        if self.num_frames is not None and self.num_frames > limit:
+            object.__setattr__(self, "num_frames", limit)
+        return self
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_time - self.start_time
+
+
+def format_validation_error(tool: str, error: ValidationError) -> str:
+    """One line naming each offending argument: `crop_video: end_time: must be finite ...`."""
+    parts = []
+    for item in error.errors(include_url=False):
+        loc = ".".join(str(x) for x in item.get("loc", ())) or "arguments"
+        msg = str(item.get("msg", "invalid")).removeprefix("Value error, ")
+        if item.get("type") == "extra_forbidden":
+            msg = "unknown argument (expected start_time, end_time, num_frames)"
+        parts.append(f"{loc}: {msg}")
+    return f"{tool}: " + "; ".join(parts)
+
+
+def crop_video_schema(*, include_video_path: bool = False) -> dict[str, Any]:
+    """The OpenAI-style function schema of `crop_video`, generated from `CropVideoArgs`.
+
+    `include_video_path=True` adds the (ignored) `video_path` string that released checkpoints were
+    trained to emit, so their prompts match what they saw in training.
+    """
+    schema = CropVideoArgs.model_json_schema()
+    props: dict[str, Any] = {}
+    for name in ("start_time", "end_time", "num_frames"):
+        prop = dict(schema["properties"][name])
+        prop.pop("title", None)
+        if name == "num_frames":
+            prop.pop("anyOf", None)
+            prop.pop("default", None)
+            prop.update(type="integer", minimum=1)
+        else:
+            prop["type"] = "number"
+        props[name] = prop
+    if include_video_path:
+        props = {"video_path": {"type": "string", "description": "Path of the video."}, **props}
+    return {
+        "type": "function",
+        "function": {
+            "name": CROP_VIDEO,
+            "description": "Crop a time window of the video and look at its frames closely. "
+            "Several calls in one turn run in parallel.",
+            "parameters": {
+                "type": "object",
+                "properties": props,
+                "required": [*(["video_path"] if include_video_path else []), "start_time", "end_time"],
+            },
+        },
+    }
+
+
+def crop_video_schema_json(*, include_video_path: bool = False) -> str:
+    return json.dumps(crop_video_schema(include_video_path=include_video_path), indent=2)
+
+
+# --------------------------------------------------------------------------------------------------
+# Frames, messages and tool outputs. Images are opaque here (numpy arrays, torch tensors or PIL
+# images): paravt-core never imports torch or decodes video.
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One frame of a video with its absolute timestamp in seconds."""
+
+    image: Any
+    timestamp_s: float
+
+
+@dataclass(frozen=True)
+class TextPart:
+    text: str
+    type: Literal["text"] = "text"
+
+
+@dataclass(frozen=True)
+class ImagePart:
+    image: Any
+    type: Literal["image"] = "image"
+
+
+Part = TextPart | ImagePart
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass
+class Message:
+    """A chat message; `content` is text or a list of text and image parts in order."""
+
+    role: Role
+    content: str | list[Part]
+
+    @property
+    def parts(self) -> list[Part]:
+        return [TextPart(self.content)] if isinstance(self.content, str) else list(self.content)
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+
+    @property
+    def images(self) -> list[Any]:
+        return [p.image for p in self.parts if isinstance(p, ImagePart)]
+
+
+@dataclass
+class ToolOutput:
+    """What one tool call returned: frames and a short note, or an error naming the problem."""
+
+    text: str = ""
+    frames: list[Frame] = field(default_factory=list)
+    error: str | None = None
+    window_s: tuple[float, float] | None = None  # the window actually read, after clamping
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @classmethod
+    def failure(cls, message: str) -> ToolOutput:
+        return cls(error=message)

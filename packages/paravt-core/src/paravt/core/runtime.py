@@ -1,0 +1,453 @@
+"""The agent runtime: main agent turns, parallel `crop_video` dispatch, sub-agents, and the `Episode`.
+
+Per turn, for every active episode of a batch at once:
+generate (one batched engine call) -> parse -> dispatch the turn's calls (all episodes' toolboxes run
+concurrently; each toolbox decodes its calls together) -> in `subagent` mode one batched engine call
+for every sub-agent of the turn -> tool responses appended -> next turn. The last turn is told to
+answer and its tool calls are not executed.
+
+Token in, token out: a trajectory's next prompt is its previous token ids, plus the generated ids as
+sampled, plus the continuation (tool responses) tokenized once by the engine. Nothing is re-tokenized
+from decoded text, so a trainer scores exactly the tokens that were sampled. The runtime knows
+nothing about torch or video; it talks to an `Engine` and a `Toolbox`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from paravt.core.parser import ParsedResponse, ToolCall, parse_response
+from paravt.core.prompts import (
+    FINAL_ANSWER_NOTE,
+    THINK_PREFIX,
+    build_subagent_prompt,
+    tool_response_message,
+)
+from paravt.core.protocol import CropVideoArgs, Message, ToolOutput
+
+Dispatch = Literal["parallel", "sequential"]
+ToolResponseMode = Literal["subagent", "frames"]
+FinishReason = Literal["stop", "length"]
+
+
+class SamplingParams(BaseModel):
+    """How an engine samples. `temperature == 0` means greedy."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_new_tokens: int = Field(2048, ge=1, description="Tokens generated per turn at most.")
+    temperature: float = Field(0.0, ge=0.0, description="0 is greedy; RL rollouts use 0.7.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    top_k: int = Field(0, ge=0, description="Top-k sampling; 0 disables it.")
+    seed: int | None = Field(None, description="Seed for reproducible sampling, when supported.")
+
+
+class AgentConfig(BaseModel):
+    """The knobs of one agent run (reference values as defaults)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int = Field(3, ge=1, description="Main-agent generations at most; the last answers.")
+    max_parallel: int = Field(5, ge=1, description="crop_video calls executed per turn at most.")
+    dispatch: Dispatch = Field(
+        "parallel", description="'parallel': all calls of a turn; 'sequential': one call per turn."
+    )
+    tool_response: ToolResponseMode = Field(
+        "subagent",
+        description="'subagent': a weight-sharing sub-agent summarises each window's frames; "
+        "'frames': the frames return into the main context.",
+    )
+    think_prefix: bool = Field(True, description="Start every main response with '<think>\\n'.")
+    max_num_frames: int = Field(16, ge=1, description="Upper bound for a call's num_frames.")
+    tool_timeout_s: float = Field(120.0, gt=0, description="Time limit of one turn's tool calls.")
+    sampling: SamplingParams = Field(default_factory=SamplingParams)
+    subagent_sampling: SamplingParams = Field(
+        default_factory=lambda: SamplingParams(max_new_tokens=256),
+        description="Sampling of the sub-agents (shorter: they write a summary).",
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# What engines take and return
+
+
+@dataclass
+class Encoded:
+    """A tokenized piece of prompt: token ids plus the engine's processed media for its images."""
+
+    token_ids: list[int]
+    media: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class Generated:
+    """One generation as sampled: text, token ids and their log-probabilities."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[float] | None = None
+    finish_reason: FinishReason = "stop"
+
+
+@dataclass
+class Trajectory:
+    """One conversation as token ids, with a loss mask that is 1 exactly on generated tokens.
+
+    `messages` mirrors the same conversation as chat messages (for text-only engines and for
+    people); `media` holds the engine's processed images in prompt order.
+    """
+
+    role: Literal["main", "subagent"]
+    messages: list[Message] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    media: list[Any] = field(default_factory=list)
+    turn: int | None = None  # sub-agents: the main turn that spawned them
+    call_index: int | None = None  # sub-agents: the call they answered
+    assistant_prefix: str = ""  # text the engine appended after the generation prompt
+
+    def add_prompt(self, encoded: Encoded, messages: Sequence[Message]) -> None:
+        self.messages.extend(messages)
+        self.token_ids.extend(encoded.token_ids)
+        self.loss_mask.extend([0] * len(encoded.token_ids))
+        self.logprobs.extend([0.0] * len(encoded.token_ids))
+        self.media.extend(encoded.media)
+
+    def add_generated(self, out: Generated) -> None:
+        self.messages.append(Message("assistant", self.assistant_prefix + out.text))
+        self.token_ids.extend(out.token_ids)
+        self.loss_mask.extend([1] * len(out.token_ids))
+        lps = out.logprobs if out.logprobs is not None else [0.0] * len(out.token_ids)
+        self.logprobs.extend(lps)
+
+    @property
+    def num_generated(self) -> int:
+        return sum(self.loss_mask)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """Batched generation over trajectories; tokenization through the model's own chat template."""
+
+    def encode_prompt(self, messages: Sequence[Message], *, assistant_prefix: str = "") -> Encoded:
+        """A conversation's first prompt, ending with the generation prompt and `assistant_prefix`."""
+        ...
+
+    def encode_continuation(
+        self, messages: Sequence[Message], *, previous: Generated, assistant_prefix: str = ""
+    ) -> Encoded:
+        """What follows a generation: closes the assistant turn if `previous` did not, renders
+        `messages` (tool responses, notes), then the generation prompt and `assistant_prefix`."""
+        ...
+
+    async def generate(
+        self, trajectories: Sequence[Trajectory], sampling: SamplingParams
+    ) -> list[Generated]:
+        """Continue every trajectory once (one batch)."""
+        ...
+
+
+@runtime_checkable
+class Toolbox(Protocol):
+    """The tools of one sample. It owns the sample's video; the model never names a file."""
+
+    async def execute(self, calls: Sequence[CropVideoArgs]) -> list[ToolOutput]:
+        """Run every validated call of one turn (together), returning one output per call, in order.
+        A failing call returns `ToolOutput.failure(...)`; it must not fail the others."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------------
+# What the runtime records
+
+
+@dataclass
+class CallRecord:
+    index: int  # position among the turn's call attempts
+    name: str | None
+    arguments: dict[str, Any]
+    executed: bool
+    window_s: tuple[float, float] | None = None
+    num_frames: int = 0
+    error: str | None = None
+    summary: str | None = None
+    note: str = ""
+
+
+@dataclass
+class TurnRecord:
+    turn: int
+    response: str
+    parsed: ParsedResponse
+    finish_reason: FinishReason
+    num_tokens: int
+    calls: list[CallRecord] = field(default_factory=list)
+    generate_s: float = 0.0
+    tools_s: float = 0.0
+    subagent_s: float = 0.0
+
+    @property
+    def num_calls(self) -> int:
+        return len(self.calls)
+
+    @property
+    def num_executed(self) -> int:
+        return sum(c.executed for c in self.calls)
+
+    @property
+    def errors(self) -> list[str]:
+        return [c.error for c in self.calls if c.error]
+
+
+@dataclass
+class Episode:
+    """Everything about one agent run; training consumes it unchanged."""
+
+    key: str
+    main: Trajectory
+    subagents: list[Trajectory] = field(default_factory=list)
+    turns: list[TurnRecord] = field(default_factory=list)
+    forced_answer: bool = False  # the last turn was told to answer
+    total_s: float = 0.0
+
+    @property
+    def final(self) -> ParsedResponse:
+        return self.turns[-1].parsed
+
+    @property
+    def answer(self) -> str | None:
+        return self.final.answer
+
+    @property
+    def num_tool_calls(self) -> int:
+        """Valid calls that were executed, over all turns."""
+        return sum(t.num_executed for t in self.turns)
+
+    @property
+    def num_call_attempts(self) -> int:
+        return sum(t.num_calls for t in self.turns)
+
+    @property
+    def num_tool_errors(self) -> int:
+        return sum(len(t.errors) for t in self.turns)
+
+    @property
+    def calls_per_turn(self) -> list[int]:
+        return [t.num_calls for t in self.turns]
+
+    @property
+    def tool_responses_ok(self) -> int:
+        return sum(1 for t in self.turns for c in t.calls if c.executed and c.error is None)
+
+
+@dataclass
+class AgentTask:
+    """One sample: its first prompt (see `prompts.build_main_prompt`), its toolbox, its question."""
+
+    key: str
+    messages: list[Message]
+    toolbox: Toolbox
+    question: str
+
+
+# --------------------------------------------------------------------------------------------------
+# The loop
+
+
+@dataclass
+class _State:
+    task: AgentTask
+    episode: Episode
+    last: Generated | None = None
+    done: bool = False
+    started: float = field(default_factory=time.perf_counter)
+
+
+def _plan_calls(
+    calls: list[ToolCall], config: AgentConfig
+) -> tuple[list[CallRecord], list[tuple[int, CropVideoArgs]]]:
+    """Decide which attempts run; every attempt not run gets an error naming why."""
+    records: list[CallRecord] = []
+    to_run: list[tuple[int, CropVideoArgs]] = []
+    cap = 1 if config.dispatch == "sequential" else config.max_parallel
+    for i, call in enumerate(calls):
+        rec = CallRecord(index=i, name=call.name, arguments=dict(call.arguments), executed=False)
+        if not call.ok or not isinstance(call.args, CropVideoArgs):
+            rec.error = call.error or "invalid tool call"
+        elif len(to_run) >= cap:
+            rec.error = (
+                "not executed: sequential dispatch runs one call per turn; call again next turn"
+                if config.dispatch == "sequential"
+                else f"not executed: at most {config.max_parallel} calls per turn"
+            )
+        else:
+            rec.executed = True
+            to_run.append((i, call.args))
+        records.append(rec)
+    return records, to_run
+
+
+async def _run_toolbox(
+    toolbox: Toolbox, calls: list[CropVideoArgs], timeout_s: float
+) -> list[ToolOutput]:
+    if not calls:
+        return []
+    try:
+        outputs = await asyncio.wait_for(toolbox.execute(calls), timeout_s)
+    except asyncio.TimeoutError:
+        return [ToolOutput.failure(f"crop_video timed out after {timeout_s:g} s")] * len(calls)
+    except Exception as exc:  # a broken tool must not end the episode
+        return [ToolOutput.failure(f"crop_video failed: {type(exc).__name__}: {exc}")] * len(calls)
+    if len(outputs) != len(calls):
+        msg = f"crop_video returned {len(outputs)} outputs for {len(calls)} calls"
+        return [ToolOutput.failure(msg)] * len(calls)
+    return list(outputs)
+
+
+def _summary_of(text: str) -> str:
+    parsed = parse_response(text)
+    if parsed.answer:
+        return parsed.answer
+    # No answer block: keep what was said, without tags.
+    body = "".join(b.content for b in parsed.blocks) or text
+    return body.strip() or "(no summary)"
+
+
+async def run_episodes(
+    tasks: Sequence[AgentTask], engine: Engine, config: AgentConfig | None = None
+) -> list[Episode]:
+    """Run a batch of agent episodes in lockstep, batching generations across episodes."""
+    config = config or AgentConfig()
+    prefix = THINK_PREFIX if config.think_prefix else ""
+    states: list[_State] = []
+    for task in tasks:
+        main = Trajectory("main", assistant_prefix=prefix)
+        main.add_prompt(engine.encode_prompt(task.messages, assistant_prefix=prefix), task.messages)
+        states.append(_State(task, Episode(task.key, main)))
+
+    for turn in range(1, config.max_turns + 1):
+        active = [s for s in states if not s.done]
+        if not active:
+            break
+        t0 = time.perf_counter()
+        outs = await engine.generate([s.episode.main for s in active], config.sampling)
+        generate_s = time.perf_counter() - t0
+
+        plans: list[tuple[_State, TurnRecord, list[tuple[int, CropVideoArgs]]]] = []
+        for state, out in zip(active, outs):
+            state.last = out
+            state.episode.main.add_generated(out)
+            response = prefix + out.text
+            parsed = parse_response(response, max_num_frames=config.max_num_frames)
+            record = TurnRecord(
+                turn, response, parsed, out.finish_reason, len(out.token_ids), generate_s=generate_s
+            )
+            state.episode.turns.append(record)
+            if turn == config.max_turns or not parsed.tool_calls:
+                state.done = True
+                for i, call in enumerate(parsed.tool_calls):  # last turn: recorded, not run
+                    record.calls.append(
+                        CallRecord(
+                            i,
+                            call.name,
+                            dict(call.arguments),
+                            executed=False,
+                            error=call.error or "not executed: no tool turns left",
+                        )
+                    )
+                continue
+            record.calls, to_run = _plan_calls(parsed.tool_calls, config)
+            plans.append((state, record, to_run))
+        if not plans:
+            continue
+
+        t0 = time.perf_counter()
+        results = await asyncio.gather(
+            *(
+                _run_toolbox(s.task.toolbox, [a for _, a in run], config.tool_timeout_s)
+                for s, _, run in plans
+            )
+        )
+        tools_s = time.perf_counter() - t0
+        outputs_by_plan: list[dict[int, ToolOutput]] = []
+        for (_, record, run), outputs in zip(plans, results):
+            by_index = {i: o for (i, _), o in zip(run, outputs)}
+            for i, out in by_index.items():
+                rec = record.calls[i]
+                rec.error, rec.window_s, rec.num_frames = out.error, out.window_s, len(out.frames)
+                rec.note = out.text
+            record.tools_s = tools_s
+            outputs_by_plan.append(by_index)
+
+        summaries: dict[tuple[int, int], str] = {}
+        if config.tool_response == "subagent":
+            t0 = time.perf_counter()
+            summaries = await _run_subagents(plans, outputs_by_plan, engine, config, turn)
+            subagent_s = time.perf_counter() - t0
+            for _, record, _ in plans:
+                record.subagent_s = subagent_s
+
+        for p, ((state, record, _), by_index) in enumerate(zip(plans, outputs_by_plan)):
+            messages: list[Message] = []
+            for rec in record.calls:
+                if rec.index in by_index:
+                    output = by_index[rec.index]
+                    summary = summaries.get((p, rec.index))
+                    rec.summary = summary
+                    messages.append(tool_response_message(output, summary=summary))
+                else:
+                    messages.append(tool_response_message(ToolOutput.failure(rec.error or "")))
+            if turn + 1 == config.max_turns:
+                messages.append(Message("user", FINAL_ANSWER_NOTE))
+                state.episode.forced_answer = True
+            assert state.last is not None
+            encoded = engine.encode_continuation(
+                messages, previous=state.last, assistant_prefix=prefix
+            )
+            state.episode.main.add_prompt(encoded, messages)
+
+    for state in states:
+        state.episode.total_s = time.perf_counter() - state.started
+    return [s.episode for s in states]
+
+
+async def _run_subagents(
+    plans: list[tuple[_State, TurnRecord, list[tuple[int, CropVideoArgs]]]],
+    outputs_by_plan: list[dict[int, ToolOutput]],
+    engine: Engine,
+    config: AgentConfig,
+    turn: int,
+) -> dict[tuple[int, int], str]:
+    """One batched generation for every successful call of the turn, across all episodes."""
+    jobs: list[tuple[int, int, Trajectory]] = []
+    for p, ((state, _, _), by_index) in enumerate(zip(plans, outputs_by_plan)):
+        for i, output in sorted(by_index.items()):
+            if not output.ok or output.window_s is None:
+                continue
+            messages = build_subagent_prompt(state.task.question, output.window_s, output.frames)
+            traj = Trajectory("subagent", turn=turn, call_index=i)
+            traj.add_prompt(engine.encode_prompt(messages), messages)
+            jobs.append((p, i, traj))
+    if not jobs:
+        return {}
+    outs = await engine.generate([t for _, _, t in jobs], config.subagent_sampling)
+    summaries: dict[tuple[int, int], str] = {}
+    for (p, i, traj), out in zip(jobs, outs):
+        traj.add_generated(out)
+        plans[p][0].episode.subagents.append(traj)
+        summaries[(p, i)] = _summary_of(out.text)
+    return summaries
+
+
+def run_episodes_sync(
+    tasks: Sequence[AgentTask], engine: Engine, config: AgentConfig | None = None
+) -> list[Episode]:
+    """`run_episodes` for callers without an event loop."""
+    return asyncio.run(run_episodes(tasks, engine, config))
