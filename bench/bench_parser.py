@@ -17,7 +17,9 @@ from paravt.core import parse_response
 
 RESULTS = Path(__file__).parent / "results" / "parser.json"
 SIZES = [1_000, 10_000, 100_000, 1_000_000]
-CALL = '<tool_call>{"name": "crop_video", "arguments": {"start_time": 1, "end_time": 9}}</tool_call>'
+CALL = (
+    '<tool_call>{"name": "crop_video", "arguments": {"start_time": 1, "end_time": 9}}</tool_call>'
+)
 
 
 def repeat_to(unit: str, size: int) -> str:

@@ -9,7 +9,9 @@ import pytest
 from paravt.core import IssueKind, parse_response
 
 K = IssueKind
-CALL = '<tool_call>{"name": "crop_video", "arguments": {"start_time": 10, "end_time": 20}}</tool_call>'
+CALL = (
+    '<tool_call>{"name": "crop_video", "arguments": {"start_time": 10, "end_time": 20}}</tool_call>'
+)
 
 
 @dataclass
@@ -25,125 +27,405 @@ class Case:
 
 CASES = [
     # --- well formed ---------------------------------------------------------------------------
-    Case("think then answer", "<think>The cue is at 10 s.</think><answer>B</answer>", "B",
-         think="The cue is at 10 s."),
-    Case("think, one call", f"<think>check 10-20</think>{CALL}", None, [(10, 20)], think="check 10-20"),
-    Case("think, three parallel calls",
-         "<think>three windows</think>"
-         '<tool_call>{"name": "crop_video", "arguments": {"start_time": 0, "end_time": 30}}</tool_call>\n'
-         '<tool_call>{"name": "crop_video", "arguments": {"start_time": 30, "end_time": 60}}</tool_call>\n'
-         '<tool_call>{"name": "crop_video", "arguments": {"start_time": 60, "end_time": 90}}</tool_call>',
-         None, [(0, 30), (30, 60), (60, 90)]),
+    Case(
+        "think then answer",
+        "<think>The cue is at 10 s.</think><answer>B</answer>",
+        "B",
+        think="The cue is at 10 s.",
+    ),
+    Case(
+        "think, one call",
+        f"<think>check 10-20</think>{CALL}",
+        None,
+        [(10, 20)],
+        think="check 10-20",
+    ),
+    Case(
+        "think, three parallel calls",
+        "<think>three windows</think>"
+        '<tool_call>{"name": "crop_video", "arguments": {"start_time": 0, "end_time": 30}}</tool_call>\n'
+        '<tool_call>{"name": "crop_video", "arguments": {"start_time": 30, "end_time": 60}}</tool_call>\n'
+        '<tool_call>{"name": "crop_video", "arguments": {"start_time": 60, "end_time": 90}}</tool_call>',
+        None,
+        [(0, 30), (30, 60), (60, 90)],
+    ),
     Case("whitespace between blocks is fine", "<think>a</think>\n\n  <answer> A </answer>\n", "A"),
-    Case("answer with grounding interval", "<think>t</think><answer>[12.5, 17.0]</answer>", "[12.5, 17.0]"),
-    Case("clock times in arguments",
-         '<think>t</think><tool_call>{"name": "crop_video", "arguments": {"start_time": "01:05", '
-         '"end_time": "0:01:15"}}</tool_call>', None, [(65, 75)]),
-    Case("numeric strings in arguments",
-         '<think>t</think><tool_call>{"name": "crop_video", "arguments": {"start_time": "3.5", '
-         '"end_time": "9s"}}</tool_call>', None, [(3.5, 9)]),
-    Case("num_frames is accepted",
-         '<think>t</think><tool_call>{"name": "crop_video", "arguments": {"start_time": 1, '
-         '"end_time": 9, "num_frames": 4}}</tool_call>', None, [(1, 9)]),
-    Case("video_path from released checkpoints is ignored",
-         '<think>t</think><tool_call>{"name": "crop_video", "arguments": {"video_path": '
-         '"/etc/passwd", "start_time": 1, "end_time": 9}}</tool_call>', None, [(1, 9)]),
-    Case("arguments as a JSON string (OpenAI style)",
-         '<think>t</think><tool_call>{"name": "crop_video", "arguments": '
-         '"{\\"start_time\\": 2, \\"end_time\\": 4}"}</tool_call>', None, [(2, 4)]),
-    Case("parameters instead of arguments",
-         '<think>t</think><tool_call>{"name": "crop_video", "parameters": {"start_time": 2, '
-         '"end_time": 4}}</tool_call>', None, [(2, 4)]),
-    Case("multi-line JSON call",
-         '<think>t</think><tool_call>\n{\n  "name": "crop_video",\n  "arguments": {\n'
-         '    "start_time": 5,\n    "end_time": 6\n  }\n}\n</tool_call>', None, [(5, 6)]),
+    Case(
+        "answer with grounding interval",
+        "<think>t</think><answer>[12.5, 17.0]</answer>",
+        "[12.5, 17.0]",
+    ),
+    Case(
+        "clock times in arguments",
+        '<think>t</think><tool_call>{"name": "crop_video", "arguments": {"start_time": "01:05", '
+        '"end_time": "0:01:15"}}</tool_call>',
+        None,
+        [(65, 75)],
+    ),
+    Case(
+        "numeric strings in arguments",
+        '<think>t</think><tool_call>{"name": "crop_video", "arguments": {"start_time": "3.5", '
+        '"end_time": "9s"}}</tool_call>',
+        None,
+        [(3.5, 9)],
+    ),
+    Case(
+        "num_frames is accepted",
+        '<think>t</think><tool_call>{"name": "crop_video", "arguments": {"start_time": 1, '
+        '"end_time": 9, "num_frames": 4}}</tool_call>',
+        None,
+        [(1, 9)],
+    ),
+    Case(
+        "video_path from released checkpoints is ignored",
+        '<think>t</think><tool_call>{"name": "crop_video", "arguments": {"video_path": '
+        '"/etc/passwd", "start_time": 1, "end_time": 9}}</tool_call>',
+        None,
+        [(1, 9)],
+    ),
+    Case(
+        "arguments as a JSON string (OpenAI style)",
+        '<think>t</think><tool_call>{"name": "crop_video", "arguments": '
+        '"{\\"start_time\\": 2, \\"end_time\\": 4}"}</tool_call>',
+        None,
+        [(2, 4)],
+    ),
+    Case(
+        "parameters instead of arguments",
+        '<think>t</think><tool_call>{"name": "crop_video", "parameters": {"start_time": 2, '
+        '"end_time": 4}}</tool_call>',
+        None,
+        [(2, 4)],
+    ),
+    Case(
+        "multi-line JSON call",
+        '<think>t</think><tool_call>\n{\n  "name": "crop_video",\n  "arguments": {\n'
+        '    "start_time": 5,\n    "end_time": 6\n  }\n}\n</tool_call>',
+        None,
+        [(5, 6)],
+    ),
     # --- leaked Python form ----------------------------------------------------------------------
-    Case("tool_code with keywords", "<think>t</think><tool_code>crop_video(start_time=1, end_time=9)"
-         "</tool_code>", None, [(1, 9)]),
-    Case("tool_code with positional arguments", "<think>t</think><tool_code>crop_video(1, 9)</tool_code>",
-         None, [(1, 9)]),
-    Case("tool_code wrapped in print", "<think>t</think><tool_code>print(crop_video(start_time=3, "
-         "end_time=7))</tool_code>", None, [(3, 7)]),
-    Case("tool_code with a leading video path", "<think>t</think><tool_code>crop_video('v.mp4', 3, 7)"
-         "</tool_code>", None, [(3, 7)]),
-    Case("tool_code with positional and keyword mix", "<think>t</think><tool_code>crop_video(3, "
-         "end_time='0:10', num_frames=2)</tool_code>", None, [(3, 10)]),
-    Case("tool_code calling an unknown function", "<think>t</think><tool_code>os.system('rm -rf /')"
-         "</tool_code>", None, [], 1, {K.UNKNOWN_TOOL}),
-    Case("tool_code that is not a call", "<think>t</think><tool_code>x = 1</tool_code>", None, [], 1,
-         {K.INVALID_CALL}),
-    Case("tool_code with non-literal arguments", "<think>t</think><tool_code>crop_video(start_time="
-         "__import__('os'), end_time=2)</tool_code>", None, [], 1, {K.INVALID_CALL}),
-    Case("tool_code with too many positional arguments", "<think>t</think><tool_code>crop_video(1, 2, "
-         "3, 4)</tool_code>", None, [], 1, {K.INVALID_CALL}),
+    Case(
+        "tool_code with keywords",
+        "<think>t</think><tool_code>crop_video(start_time=1, end_time=9)</tool_code>",
+        None,
+        [(1, 9)],
+    ),
+    Case(
+        "tool_code with positional arguments",
+        "<think>t</think><tool_code>crop_video(1, 9)</tool_code>",
+        None,
+        [(1, 9)],
+    ),
+    Case(
+        "tool_code wrapped in print",
+        "<think>t</think><tool_code>print(crop_video(start_time=3, end_time=7))</tool_code>",
+        None,
+        [(3, 7)],
+    ),
+    Case(
+        "tool_code with a leading video path",
+        "<think>t</think><tool_code>crop_video('v.mp4', 3, 7)</tool_code>",
+        None,
+        [(3, 7)],
+    ),
+    Case(
+        "tool_code with positional and keyword mix",
+        "<think>t</think><tool_code>crop_video(3, end_time='0:10', num_frames=2)</tool_code>",
+        None,
+        [(3, 10)],
+    ),
+    Case(
+        "tool_code calling an unknown function",
+        "<think>t</think><tool_code>os.system('rm -rf /')</tool_code>",
+        None,
+        [],
+        1,
+        {K.UNKNOWN_TOOL},
+    ),
+    Case(
+        "tool_code that is not a call",
+        "<think>t</think><tool_code>x = 1</tool_code>",
+        None,
+        [],
+        1,
+        {K.INVALID_CALL},
+    ),
+    Case(
+        "tool_code with non-literal arguments",
+        "<think>t</think><tool_code>crop_video(start_time="
+        "__import__('os'), end_time=2)</tool_code>",
+        None,
+        [],
+        1,
+        {K.INVALID_CALL},
+    ),
+    Case(
+        "tool_code with too many positional arguments",
+        "<think>t</think><tool_code>crop_video(1, 2, 3, 4)</tool_code>",
+        None,
+        [],
+        1,
+        {K.INVALID_CALL},
+    ),
     # --- collapsed / broken structure -------------------------------------------------------------
-    Case("think never closed", "<think>I will look at 10 s and then", None, [], 0, {K.UNCLOSED_TAG},
-         think="I will look at 10 s and then"),
-    Case("think closed by a tool call (collapsed tag)", f"<think>check{CALL}", None, [(10, 20)], 0,
-         {K.UNCLOSED_TAG}, think="check"),
-    Case("think closed by the answer", "<think>so B<answer>B</answer>", "B", [], 0, {K.UNCLOSED_TAG}),
+    Case(
+        "think never closed",
+        "<think>I will look at 10 s and then",
+        None,
+        [],
+        0,
+        {K.UNCLOSED_TAG},
+        think="I will look at 10 s and then",
+    ),
+    Case(
+        "think closed by a tool call (collapsed tag)",
+        f"<think>check{CALL}",
+        None,
+        [(10, 20)],
+        0,
+        {K.UNCLOSED_TAG},
+        think="check",
+    ),
+    Case(
+        "think closed by the answer", "<think>so B<answer>B</answer>", "B", [], 0, {K.UNCLOSED_TAG}
+    ),
     Case("answer never closed", "<think>t</think><answer>B", None, [], 0, {K.UNCLOSED_TAG}),
-    Case("closing think without opening", "The cue is at 10 s.</think><answer>B</answer>", "B", [], 0,
-         {K.UNEXPECTED_CLOSE, K.TEXT_OUTSIDE_TAGS}),
+    Case(
+        "closing think without opening",
+        "The cue is at 10 s.</think><answer>B</answer>",
+        "B",
+        [],
+        0,
+        {K.UNEXPECTED_CLOSE, K.TEXT_OUTSIDE_TAGS},
+    ),
     Case("plain text answer, no tags", "B", None, [], 0, {K.TEXT_OUTSIDE_TAGS}),
     Case("empty string", "", None),
-    Case("text between think and answer", "<think>t</think> so the answer is <answer>C</answer>", "C",
-         [], 0, {K.TEXT_OUTSIDE_TAGS}),
-    Case("text after the answer", "<think>t</think><answer>C</answer> I hope this helps", "C", [], 0,
-         {K.TEXT_OUTSIDE_TAGS}),
+    Case(
+        "text between think and answer",
+        "<think>t</think> so the answer is <answer>C</answer>",
+        "C",
+        [],
+        0,
+        {K.TEXT_OUTSIDE_TAGS},
+    ),
+    Case(
+        "text after the answer",
+        "<think>t</think><answer>C</answer> I hope this helps",
+        "C",
+        [],
+        0,
+        {K.TEXT_OUTSIDE_TAGS},
+    ),
     Case("nested think", "<think>a<think>b</think><answer>A</answer>", "A", [], 0, {K.NESTED_TAG}),
-    Case("stray closing answer inside think", "<think>a</answer>b</think><answer>A</answer>", "A", [],
-         0, {K.UNEXPECTED_CLOSE}),
+    Case(
+        "stray closing answer inside think",
+        "<think>a</answer>b</think><answer>A</answer>",
+        "A",
+        [],
+        0,
+        {K.UNEXPECTED_CLOSE},
+    ),
     # --- tool call failures -----------------------------------------------------------------------
-    Case("empty tool call", "<think>t</think><tool_call></tool_call>", None, [], 1,
-         {K.EMPTY_TOOL_CALL}),
-    Case("whitespace-only tool call", "<think>t</think><tool_call>  \n </tool_call>", None, [], 1,
-         {K.EMPTY_TOOL_CALL}),
-    Case("truncated JSON", '<think>t</think><tool_call>{"name": "crop_video", "arguments": '
-         '{"start_time": 1</tool_call>', None, [], 1, {K.INVALID_JSON}),
-    Case("truncated response inside a call", '<think>t</think><tool_call>{"name": "crop_video", '
-         '"arguments": {"start_ti', None, [], 1, {K.UNCLOSED_TAG, K.INVALID_JSON}),
-    Case("complete JSON in an unclosed call is not executed",
-         '<think>t</think><tool_call>{"name": "crop_video", "arguments": {"start_time": 1, '
-         '"end_time": 2}}', None, [], 1, {K.UNCLOSED_TAG}),
-    Case("JSON that is a list", "<think>t</think><tool_call>[1, 2]</tool_call>", None, [], 1,
-         {K.INVALID_CALL}),
-    Case("JSON without a name", '<think>t</think><tool_call>{"arguments": {"start_time": 1, '
-         '"end_time": 2}}</tool_call>', None, [], 1, {K.INVALID_CALL}),
-    Case("unknown tool name", '<think>t</think><tool_call>{"name": "read_file", "arguments": '
-         '{"path": "/etc/passwd"}}</tool_call>', None, [], 1, {K.UNKNOWN_TOOL}),
-    Case("start after end", '<think>t</think><tool_call>{"name": "crop_video", "arguments": '
-         '{"start_time": 30, "end_time": 10}}</tool_call>', None, [], 1, {K.INVALID_ARGUMENTS}),
-    Case("start equals end", '<think>t</think><tool_call>{"name": "crop_video", "arguments": '
-         '{"start_time": 10, "end_time": 10}}</tool_call>', None, [], 1, {K.INVALID_ARGUMENTS}),
-    Case("negative start", '<think>t</think><tool_call>{"name": "crop_video", "arguments": '
-         '{"start_time": -5, "end_time": 10}}</tool_call>', None, [], 1, {K.INVALID_ARGUMENTS}),
-    Case("NaN end", '<think>t</think><tool_call>{"name": "crop_video", "arguments": '
-         '{"start_time": 1, "end_time": NaN}}</tool_call>', None, [], 1, {K.INVALID_ARGUMENTS}),
-    Case("infinite end", '<think>t</think><tool_call>{"name": "crop_video", "arguments": '
-         '{"start_time": 1, "end_time": Infinity}}</tool_call>', None, [], 1, {K.INVALID_ARGUMENTS}),
-    Case("missing end_time", '<think>t</think><tool_call>{"name": "crop_video", "arguments": '
-         '{"start_time": 1}}</tool_call>', None, [], 1, {K.INVALID_ARGUMENTS}),
-    Case("unknown argument", '<think>t</think><tool_call>{"name": "crop_video", "arguments": '
-         '{"start_time": 1, "end_time": 2, "fps": 30}}</tool_call>', None, [], 1, {K.INVALID_ARGUMENTS}),
-    Case("boolean time", '<think>t</think><tool_call>{"name": "crop_video", "arguments": '
-         '{"start_time": true, "end_time": 2}}</tool_call>', None, [], 1, {K.INVALID_ARGUMENTS}),
-    Case("word as time", '<think>t</think><tool_call>{"name": "crop_video", "arguments": '
-         '{"start_time": "beginning", "end_time": 2}}</tool_call>', None, [], 1, {K.INVALID_ARGUMENTS}),
-    Case("one good and one bad call", f'<think>t</think>{CALL}<tool_call>{{"name": "crop_video", '
-         f'"arguments": {{"start_time": 5}}}}</tool_call>', None, [(10, 20)], 1, {K.INVALID_ARGUMENTS}),
+    Case(
+        "empty tool call",
+        "<think>t</think><tool_call></tool_call>",
+        None,
+        [],
+        1,
+        {K.EMPTY_TOOL_CALL},
+    ),
+    Case(
+        "whitespace-only tool call",
+        "<think>t</think><tool_call>  \n </tool_call>",
+        None,
+        [],
+        1,
+        {K.EMPTY_TOOL_CALL},
+    ),
+    Case(
+        "truncated JSON",
+        '<think>t</think><tool_call>{"name": "crop_video", "arguments": '
+        '{"start_time": 1</tool_call>',
+        None,
+        [],
+        1,
+        {K.INVALID_JSON},
+    ),
+    Case(
+        "truncated response inside a call",
+        '<think>t</think><tool_call>{"name": "crop_video", "arguments": {"start_ti',
+        None,
+        [],
+        1,
+        {K.UNCLOSED_TAG, K.INVALID_JSON},
+    ),
+    Case(
+        "complete JSON in an unclosed call is not executed",
+        '<think>t</think><tool_call>{"name": "crop_video", "arguments": {"start_time": 1, '
+        '"end_time": 2}}',
+        None,
+        [],
+        1,
+        {K.UNCLOSED_TAG},
+    ),
+    Case(
+        "JSON that is a list",
+        "<think>t</think><tool_call>[1, 2]</tool_call>",
+        None,
+        [],
+        1,
+        {K.INVALID_CALL},
+    ),
+    Case(
+        "JSON without a name",
+        '<think>t</think><tool_call>{"arguments": {"start_time": 1, "end_time": 2}}</tool_call>',
+        None,
+        [],
+        1,
+        {K.INVALID_CALL},
+    ),
+    Case(
+        "unknown tool name",
+        '<think>t</think><tool_call>{"name": "read_file", "arguments": '
+        '{"path": "/etc/passwd"}}</tool_call>',
+        None,
+        [],
+        1,
+        {K.UNKNOWN_TOOL},
+    ),
+    Case(
+        "start after end",
+        '<think>t</think><tool_call>{"name": "crop_video", "arguments": '
+        '{"start_time": 30, "end_time": 10}}</tool_call>',
+        None,
+        [],
+        1,
+        {K.INVALID_ARGUMENTS},
+    ),
+    Case(
+        "start equals end",
+        '<think>t</think><tool_call>{"name": "crop_video", "arguments": '
+        '{"start_time": 10, "end_time": 10}}</tool_call>',
+        None,
+        [],
+        1,
+        {K.INVALID_ARGUMENTS},
+    ),
+    Case(
+        "negative start",
+        '<think>t</think><tool_call>{"name": "crop_video", "arguments": '
+        '{"start_time": -5, "end_time": 10}}</tool_call>',
+        None,
+        [],
+        1,
+        {K.INVALID_ARGUMENTS},
+    ),
+    Case(
+        "NaN end",
+        '<think>t</think><tool_call>{"name": "crop_video", "arguments": '
+        '{"start_time": 1, "end_time": NaN}}</tool_call>',
+        None,
+        [],
+        1,
+        {K.INVALID_ARGUMENTS},
+    ),
+    Case(
+        "infinite end",
+        '<think>t</think><tool_call>{"name": "crop_video", "arguments": '
+        '{"start_time": 1, "end_time": Infinity}}</tool_call>',
+        None,
+        [],
+        1,
+        {K.INVALID_ARGUMENTS},
+    ),
+    Case(
+        "missing end_time",
+        '<think>t</think><tool_call>{"name": "crop_video", "arguments": '
+        '{"start_time": 1}}</tool_call>',
+        None,
+        [],
+        1,
+        {K.INVALID_ARGUMENTS},
+    ),
+    Case(
+        "unknown argument",
+        '<think>t</think><tool_call>{"name": "crop_video", "arguments": '
+        '{"start_time": 1, "end_time": 2, "fps": 30}}</tool_call>',
+        None,
+        [],
+        1,
+        {K.INVALID_ARGUMENTS},
+    ),
+    Case(
+        "boolean time",
+        '<think>t</think><tool_call>{"name": "crop_video", "arguments": '
+        '{"start_time": true, "end_time": 2}}</tool_call>',
+        None,
+        [],
+        1,
+        {K.INVALID_ARGUMENTS},
+    ),
+    Case(
+        "word as time",
+        '<think>t</think><tool_call>{"name": "crop_video", "arguments": '
+        '{"start_time": "beginning", "end_time": 2}}</tool_call>',
+        None,
+        [],
+        1,
+        {K.INVALID_ARGUMENTS},
+    ),
+    Case(
+        "one good and one bad call",
+        f'<think>t</think>{CALL}<tool_call>{{"name": "crop_video", '
+        f'"arguments": {{"start_time": 5}}}}</tool_call>',
+        None,
+        [(10, 20)],
+        1,
+        {K.INVALID_ARGUMENTS},
+    ),
     # --- answers ----------------------------------------------------------------------------------
-    Case("repeated answers: the last closed one counts",
-         "<think>t</think><answer>A</answer><answer>C</answer>", "C", [], 0, {K.MULTIPLE_ANSWERS}),
+    Case(
+        "repeated answers: the last closed one counts",
+        "<think>t</think><answer>A</answer><answer>C</answer>",
+        "C",
+        [],
+        0,
+        {K.MULTIPLE_ANSWERS},
+    ),
     Case("empty answer", "<think>t</think><answer>  </answer>", "", [], 0, {K.EMPTY_ANSWER}),
-    Case("nested answer", "<think>t</think><answer>A<answer>B</answer>", "A<answer>B", [], 0,
-         {K.NESTED_TAG}),
-    Case("call after the answer", f"<think>t</think><answer>B</answer>{CALL}", "B", [(10, 20)], 0,
-         {K.CALL_AFTER_ANSWER}),
-    Case("similar-looking tags are text", "<thinking>x</thinking><answer>A</answer>", "A", [], 0,
-         {K.TEXT_OUTSIDE_TAGS}),
-    Case("tags with attributes are not tags", '<think>t</think><answer id="1">A</answer>', None, [], 0,
-         {K.TEXT_OUTSIDE_TAGS, K.UNEXPECTED_CLOSE}),
+    Case(
+        "nested answer",
+        "<think>t</think><answer>A<answer>B</answer>",
+        "A<answer>B",
+        [],
+        0,
+        {K.NESTED_TAG},
+    ),
+    Case(
+        "call after the answer",
+        f"<think>t</think><answer>B</answer>{CALL}",
+        "B",
+        [(10, 20)],
+        0,
+        {K.CALL_AFTER_ANSWER},
+    ),
+    Case(
+        "similar-looking tags are text",
+        "<thinking>x</thinking><answer>A</answer>",
+        "A",
+        [],
+        0,
+        {K.TEXT_OUTSIDE_TAGS},
+    ),
+    Case(
+        "tags with attributes are not tags",
+        '<think>t</think><answer id="1">A</answer>',
+        None,
+        [],
+        0,
+        {K.TEXT_OUTSIDE_TAGS, K.UNEXPECTED_CLOSE},
+    ),
 ]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,9 +25,9 @@ PIECES = [
     "\n",
 ]
 # Text assembled from protocol fragments exercises the state machine far more than random text.
-protocolish = st.lists(
-    st.one_of(st.sampled_from(PIECES), st.text(max_size=8)), max_size=40
-).map("".join)
+protocolish = st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=8)), max_size=40).map(
+    "".join
+)
 
 
 @settings(max_examples=400, deadline=None)
@@ -35,7 +37,9 @@ def test_parse_never_raises_and_spans_are_consistent(text: str) -> None:
     for tag in parsed.tags:
         assert text[tag.start : tag.end] == tag.tag
     for block in parsed.blocks:
-        assert 0 <= block.start <= block.content_start <= block.content_end <= block.end <= len(text)
+        assert (
+            0 <= block.start <= block.content_start <= block.content_end <= block.end <= len(text)
+        )
         assert text[block.content_start : block.content_end] == block.content
     for issue in parsed.issues:
         assert 0 <= issue.start <= issue.end <= len(text)
@@ -51,5 +55,5 @@ def test_parse_never_raises_and_spans_are_consistent(text: str) -> None:
 @given(protocolish)
 def test_blocks_do_not_overlap_and_come_in_text_order(text: str) -> None:
     blocks = parse_response(text).blocks
-    for a, b in zip(blocks, blocks[1:]):
+    for a, b in itertools.pairwise(blocks):
         assert a.end <= b.start

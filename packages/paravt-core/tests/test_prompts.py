@@ -22,7 +22,9 @@ def test_overview_frames_are_each_preceded_by_their_timestamp() -> None:
     assert len(images) == 3
     stamps = [parts[i - 1] for i in images]
     assert [s.text for s in stamps if isinstance(s, TextPart)] == [
-        "<0.0 seconds>", "<12.5 seconds>", "<600.0 seconds>"
+        "<0.0 seconds>",
+        "<12.5 seconds>",
+        "<600.0 seconds>",
     ]
 
 
@@ -51,7 +53,9 @@ def test_subagent_prompt_names_the_window() -> None:
 
 
 def test_tool_responses_in_both_modes_and_errors() -> None:
-    out = ToolOutput(text="2 frames", frames=[Frame("a", 1.0), Frame("b", 2.0)], window_s=(0.0, 3.0))
+    out = ToolOutput(
+        text="2 frames", frames=[Frame("a", 1.0), Frame("b", 2.0)], window_s=(0.0, 3.0)
+    )
     summary = tool_response_message(out, summary="a red square at 1 s")
     assert summary.role == "tool" and summary.images == []
     assert summary.text == "[0.0 s - 3.0 s] 2 frames\na red square at 1 s"

@@ -16,8 +16,17 @@ from paravt.core.protocol import format_validation_error
 
 @pytest.mark.parametrize(
     ("value", "seconds"),
-    [(12, 12.0), (12.5, 12.5), ("12.5", 12.5), ("12.5s", 12.5), ("7 seconds", 7.0),
-     ("01:05", 65.0), ("1:02:03", 3723.0), ("00:00:07.5", 7.5), (" 3 ", 3.0)],
+    [
+        (12, 12.0),
+        (12.5, 12.5),
+        ("12.5", 12.5),
+        ("12.5s", 12.5),
+        ("7 seconds", 7.0),
+        ("01:05", 65.0),
+        ("1:02:03", 3723.0),
+        ("00:00:07.5", 7.5),
+        (" 3 ", 3.0),
+    ],
 )
 def test_times_accept_numbers_numeric_strings_and_clocks(value: object, seconds: float) -> None:
     assert parse_time_s(value) == seconds
@@ -39,7 +48,9 @@ def test_start_must_precede_end_and_the_message_names_both() -> None:
 
 
 def test_video_path_is_accepted_but_never_kept() -> None:
-    args = CropVideoArgs.model_validate({"video_path": "/etc/shadow", "start_time": 0, "end_time": 1})
+    args = CropVideoArgs.model_validate(
+        {"video_path": "/etc/shadow", "start_time": 0, "end_time": 1}
+    )
     assert args.video_path is None
     assert "video_path" not in args.model_dump()
 

@@ -129,7 +129,9 @@ def test_loss_mask_covers_exactly_the_generated_tokens() -> None:
     main = ep.main
     assert len(main.token_ids) == len(main.loss_mask) == len(main.logprobs)
     generated = "".join(chr(t) for t, m in zip(main.token_ids, main.loss_mask) if m)
-    expected = "".join(m.text.removeprefix("<think>\n") for m in main.messages if m.role == "assistant")
+    expected = "".join(
+        m.text.removeprefix("<think>\n") for m in main.messages if m.role == "assistant"
+    )
     assert generated == expected
     assert all(lp == -0.5 for lp, m in zip(main.logprobs, main.loss_mask) if m)
     for sub in ep.subagents:
@@ -154,7 +156,9 @@ def test_think_prefix_is_part_of_the_parsed_response_but_not_of_the_generated_to
     (ep,) = run_episodes_sync([task()], engine)
     assert ep.turns[0].response.startswith("<think>\n")
     assert ep.final.think == "x"
-    (ep2,) = run_episodes_sync([task()], make_engine("<answer>B</answer>"), AgentConfig(think_prefix=False))
+    (ep2,) = run_episodes_sync(
+        [task()], make_engine("<answer>B</answer>"), AgentConfig(think_prefix=False)
+    )
     assert ep2.final.think is None and ep2.answer == "B"
 
 

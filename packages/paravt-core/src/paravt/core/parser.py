@@ -28,6 +28,8 @@ KINDS: tuple[BlockKind, ...] = ("think", "tool_call", "tool_code", "answer")
 OPEN_TAGS = {f"<{k}>": k for k in KINDS}
 CLOSE_TAGS = {f"</{k}>": k for k in KINDS}
 STRUCTURAL_TAGS = tuple(OPEN_TAGS) + tuple(CLOSE_TAGS)
+# Written by the environment, not the model; counted, not parsed into blocks.
+TOOL_RESPONSE_TAG = "<tool_response>"
 # Positional arguments of the leaked Python form, in the order the tool declares them.
 POSITIONAL_ARGS = {CROP_VIDEO: ("start_time", "end_time", "num_frames")}
 DEFAULT_TOOLS: Mapping[str, type[BaseModel]] = {CROP_VIDEO: CropVideoArgs}
@@ -133,6 +135,13 @@ class ParsedResponse:
     @property
     def invalid_calls(self) -> list[ToolCall]:
         return [c for c in self.tool_calls if not c.ok]
+
+    @property
+    def num_tool_responses(self) -> int:
+        """How many `<tool_response>` openings the text holds. A single model turn has none; a
+        multi-turn transcript (what verl/AReaL/OpenRLHF hand to reward functions) carries the
+        environment's replies inline, and rewards need to know that a tool answered."""
+        return self.text.count(TOOL_RESPONSE_TAG)
 
     def has_issue(self, kind: IssueKind) -> bool:
         return any(i.kind == kind for i in self.issues)
@@ -240,10 +249,22 @@ class _Builder:
             )
 
     def close_block(
-        self, kind: BlockKind, start: int, content_start: int, content_end: int, end: int, closed: bool
+        self,
+        kind: BlockKind,
+        start: int,
+        content_start: int,
+        content_end: int,
+        end: int,
+        closed: bool,
     ) -> None:
         block = Block(
-            kind, start, end, content_start, content_end, closed, self.text[content_start:content_end]
+            kind,
+            start,
+            end,
+            content_start,
+            content_end,
+            closed,
+            self.text[content_start:content_end],
         )
         self.out.blocks.append(block)
         if not closed:

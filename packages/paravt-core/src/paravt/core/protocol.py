@@ -177,7 +177,11 @@ def crop_video_schema(*, include_video_path: bool = False) -> dict[str, Any]:
             "parameters": {
                 "type": "object",
                 "properties": props,
-                "required": [*(["video_path"] if include_video_path else []), "start_time", "end_time"],
+                "required": [
+                    *(["video_path"] if include_video_path else []),
+                    "start_time",
+                    "end_time",
+                ],
             },
         },
     }

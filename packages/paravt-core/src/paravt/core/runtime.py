@@ -379,10 +379,10 @@ async def run_episodes(
         outputs_by_plan: list[dict[int, ToolOutput]] = []
         for (_, record, run), outputs in zip(plans, results):
             by_index = {i: o for (i, _), o in zip(run, outputs)}
-            for i, out in by_index.items():
+            for i, tool_out in by_index.items():
                 rec = record.calls[i]
-                rec.error, rec.window_s, rec.num_frames = out.error, out.window_s, len(out.frames)
-                rec.note = out.text
+                rec.error, rec.window_s = tool_out.error, tool_out.window_s
+                rec.num_frames, rec.note = len(tool_out.frames), tool_out.text
             record.tools_s = tools_s
             outputs_by_plan.append(by_index)
 

@@ -95,6 +95,9 @@ class StaticToolbox:
                 continue
             n = call.num_frames or max(1, min(16, int((end - start) * self.fps)))
             step = (end - start) / n
-            frames = [Frame(("frame", start + step * (k + 0.5)), start + step * (k + 0.5)) for k in range(n)]
+            frames = [
+                Frame(("frame", start + step * (k + 0.5)), start + step * (k + 0.5))
+                for k in range(n)
+            ]
             outputs.append(ToolOutput(text=f"{n} frames", frames=frames, window_s=(start, end)))
         return outputs
