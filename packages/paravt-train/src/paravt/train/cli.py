@@ -1,0 +1,161 @@
+"""`paravt-train`: sft, rl, materialize, plot and smoke subcommands.
+
+Heavy imports (torch, transformers) happen inside the subcommands, so `--help` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from paravt.train.recipe import RECIPE_NAMES, RecipeError, load_recipe, recipe_help
+
+_EPILOG_RECIPE = (
+    "RECIPE is a YAML file or a packaged recipe name ({names}).\n"
+    "Overrides are key.sub=value pairs, values parsed as YAML, e.g. optim.lr=1e-4 "
+    "rollout.group_size=4.\nUnknown keys are errors. `--help-recipe` lists every key with its "
+    "default and meaning."
+).format(names=", ".join(RECIPE_NAMES))
+
+
+def _add_train_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("recipe", nargs="?", help="recipe YAML path or packaged recipe name")
+    p.add_argument("overrides", nargs="*", metavar="key.sub=value", help="recipe overrides")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the last complete checkpoint in output_dir (no lost or repeated steps)",
+    )
+    p.add_argument(
+        "--help-recipe", action="store_true", help="list every recipe key of this stage and exit"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="paravt-train",
+        description="Cold-start SFT and PARA-GRPO RL for ParaVT tool-native video models. "
+        "Run under torchrun for several processes (FSDP2 / DeepSpeed, chosen in the recipe).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Start here: `nox -s train_smoke` (tiny model, synthetic tasks, SFT then PARA-GRPO).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = sub.add_parser(
+        "sft",
+        help="supervised cold start on tool-use traces (loss on assistant tokens only)",
+        description="Supervised fine-tuning on chat traces with tool calls and tool responses. "
+        "Only assistant tokens are supervised; cosine schedule with warmup, gradient "
+        "accumulation, optional packing and gradient checkpointing.",
+        epilog=_EPILOG_RECIPE,
+        formatter_class=fmt,
+    )
+    _add_train_args(p)
+
+    p = sub.add_parser(
+        "rl",
+        help="PARA-GRPO / GRPO with agent rollouts, crop_video tools and sub-agents",
+        description="Each step: a batch of prompts; nFrames gating picks the overview K per prompt; "
+        "n rollouts per prompt through the ParaVT agent runtime; paravt-rewards scores them; "
+        "group-normalised advantages; PPO clipped loss against the rollout log-probs plus a k3 KL "
+        "penalty to a frozen reference. Metrics go to OUTPUT_DIR/metrics.jsonl.",
+        epilog=_EPILOG_RECIPE,
+        formatter_class=fmt,
+    )
+    _add_train_args(p)
+
+    p = sub.add_parser(
+        "materialize",
+        help="rewrite sentinel-relative video paths of ParaVT parquet files to file:// URIs",
+        description="Prefix --root to every sentinel path (longvt_source/..., museg/..., "
+        "selfqa/...) in the parquet files of --parquet-dir and write them to --output-dir, "
+        "reporting missing videos per source. Writes materialize_report.json there too.",
+    )
+    p.add_argument("--root", required=True, type=Path, help="where ParaVT-Source was extracted")
+    p.add_argument("--parquet-dir", required=True, type=Path, help="directory of input *.parquet")
+    p.add_argument("--output-dir", required=True, type=Path, help="directory for the output")
+
+    p = sub.add_parser(
+        "plot",
+        help="draw training curves of one or more runs to a PNG",
+        description="Reward, f_tau (format reward), kappa (tool calls per rollout) and accuracy "
+        "against step, from each RUN_DIR/metrics.jsonl; several runs are overlaid.",
+    )
+    p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories")
+    p.add_argument(
+        "--out", type=Path, default=None, help="PNG path (default: RUN_DIR/curves.png of the first)"
+    )
+
+    p = sub.add_parser(
+        "smoke",
+        help="the whole pipeline on a tiny model: synth -> SFT -> PARA-GRPO -> summary",
+        description="Build the tiny Qwen3-VL, generate a small synthetic task set, run tiny_sft "
+        "then tiny_paragrpo, evaluate before and after RL, and write OUT/summary.md, "
+        "OUT/curves.png, OUT/metrics.jsonl and OUT/final/.",
+    )
+    p.add_argument("--out", type=Path, default=Path("runs/smoke"), help="run directory")
+    p.add_argument("--sft-steps", type=int, default=None, help="override tiny_sft max_steps")
+    p.add_argument("--rl-steps", type=int, default=None, help="override tiny_paragrpo max_steps")
+    return parser
+
+
+def _train(args: argparse.Namespace, stage: str) -> int:
+    if args.help_recipe:
+        print(recipe_help(stage))  # type: ignore[arg-type]
+        return 0
+    if not args.recipe:
+        print(
+            f"paravt-train {stage}: a RECIPE is required (e.g. tiny_{stage if stage == 'sft' else 'paragrpo'})",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        recipe = load_recipe(args.recipe, args.overrides, stage=stage)
+    except RecipeError as exc:
+        print(f"paravt-train {stage}: {exc}", file=sys.stderr)
+        return 2
+    if stage == "sft":
+        from paravt.train.sft import train_sft
+
+        train_sft(recipe, resume=args.resume)  # type: ignore[arg-type]
+    else:
+        from paravt.train.rl import train_rl
+
+        train_rl(recipe, resume=args.resume)  # type: ignore[arg-type]
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command in ("sft", "rl"):
+        return _train(args, args.command)
+    if args.command == "materialize":
+        from paravt.train.data import ParaVTDataError, materialize_dir
+
+        try:
+            report = materialize_dir(args.root, args.parquet_dir, args.output_dir)
+        except ParaVTDataError as exc:
+            print(f"paravt-train materialize: {exc}", file=sys.stderr)
+            return 2
+        for name, missing in report.items():
+            status = f"missing files per source: {missing}" if missing else "all videos found"
+            print(f"{name}: {status}")
+        return 0
+    if args.command == "plot":
+        from paravt.train.plot import plot_runs
+
+        out = plot_runs(args.runs, args.out)
+        print(f"wrote {out}")
+        return 0
+    if args.command == "smoke":
+        from paravt.train.smoke import run_smoke
+
+        run_smoke(args.out, sft_steps=args.sft_steps, rl_steps=args.rl_steps)
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,449 @@
+"""Recipes: one typed object per training stage, loaded from YAML and `key.sub=value` overrides.
+
+A recipe is a YAML file validated by pydantic. Unknown keys are errors that name the key and list
+the keys allowed there, so a typo never silently falls back to a default. Every field carries its
+help text next to it (`paravt-train sft --help-recipe` prints them).
+
+    recipe = load_recipe("tiny_paragrpo", ["rollout.group_size=4", "optim.lr=1e-4"])
+
+A bare name (`tiny_sft`, `paragrpo_8b.yaml`) resolves to the recipes shipped inside this package;
+anything else is a path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+RECIPE_NAMES = (
+    "tiny_sft",
+    "tiny_paragrpo",
+    "tiny_vanilla_grpo",
+    "sft_8b",
+    "paragrpo_8b",
+    "vanilla_grpo_8b",
+)
+
+
+class RecipeError(ValueError):
+    """A recipe that cannot be loaded: the message names the file, the key and the fix."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Shared sections
+
+
+class ModelSpec(_Strict):
+    path: str = Field(description="A Hugging Face model directory (or hub id when online).")
+    build_tiny: bool = Field(
+        False,
+        description="Build a tiny random Qwen3-VL at `path` when it does not exist yet "
+        "(paravt.core.tiny.build_tiny_qwen3vl); for CPU tests and smoke runs.",
+    )
+    tiny_seed: int = Field(0, description="Seed of the tiny model's random weights.")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="Training dtype; 'auto' is bfloat16 on GPU and float32 on CPU."
+    )
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute activations in the backward pass (less memory, ~30% slower)."
+    )
+    attn_implementation: str = Field("sdpa", description="transformers attention backend.")
+
+
+class OptimSpec(_Strict):
+    lr: float = Field(gt=0, description="Peak learning rate of AdamW.")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW decoupled weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    eps: float = Field(1e-8, gt=0, description="AdamW epsilon.")
+    schedule: Literal["cosine", "constant", "linear"] = Field(
+        "cosine", description="Learning-rate shape after warmup."
+    )
+    warmup_steps: int = Field(0, ge=0, description="Linear warmup from 0 over this many steps.")
+    min_lr_ratio: float = Field(
+        0.0, ge=0, le=1, description="Floor of the cosine/linear decay, as a fraction of lr."
+    )
+    max_grad_norm: float = Field(
+        1.0, ge=0, description="Clip the global gradient norm to this (0 disables clipping)."
+    )
+
+
+class DistributedSpec(_Strict):
+    strategy: Literal["none", "fsdp2", "deepspeed"] = Field(
+        "none",
+        description="'none': one process (or plain DDP-free ranks); 'fsdp2': torch fully_shard "
+        "under torchrun; 'deepspeed': DeepSpeed ZeRO (stage below).",
+    )
+    zero_stage: Literal[2, 3] = Field(2, description="DeepSpeed ZeRO stage (2 or 3).")
+    backend: Literal["auto", "gloo", "nccl"] = Field(
+        "auto", description="torch.distributed backend; 'auto' is nccl on GPU, gloo on CPU."
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="'auto' uses CUDA when available."
+    )
+
+
+class CheckpointSpec(_Strict):
+    every_steps: int = Field(
+        0,
+        ge=0,
+        description="Save a resumable checkpoint every N optimiser steps (0: only the end).",
+    )
+    keep_last: int = Field(2, ge=1, description="Step checkpoints kept on disk (oldest deleted).")
+    save_final: bool = Field(True, description="Save `final/` (HF-loadable) when training ends.")
+
+
+class LoggingSpec(_Strict):
+    log_every: int = Field(1, ge=1, description="Write a metrics.jsonl row every N steps.")
+    progress: bool = Field(True, description="Show a tqdm progress bar on rank 0.")
+    tensorboard: bool = Field(False, description="Also log to TensorBoard (when installed).")
+    wandb: bool = Field(False, description="Also log to Weights & Biases (when installed).")
+    wandb_project: str = Field("paravt", description="W&B project name.")
+
+
+class VideoSpec(_Strict):
+    overview_frames: int = Field(
+        64, ge=1, description="Overview frames K when nFrames gating is off (and for SFT rows)."
+    )
+    crop_fps: float = Field(1.0, gt=0, description="Frames per second sampled inside a crop.")
+    max_crop_frames: int = Field(16, ge=1, description="Frames per crop at most.")
+    min_pixels: int = Field(784, ge=1, description="Pixel budget per frame, lower bound.")
+    max_pixels: int = Field(50176, ge=1, description="Pixel budget per frame, upper bound.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> VideoSpec:
+        if self.min_pixels > self.max_pixels:
+            raise ValueError(
+                f"video.min_pixels ({self.min_pixels}) must not exceed video.max_pixels "
+                f"({self.max_pixels})"
+            )
+        return self
+
+
+class SynthSpec(_Strict):
+    """Generate a synthetic task set with `paravt-tools synth` when the data is missing."""
+
+    n: int = Field(16, ge=1, description="Number of synthetic videos/tasks.")
+    duration_s: float = Field(60.0, gt=0, description="Length of each synthetic video.")
+    seed: int = Field(0, description="Seed of the generator.")
+    out_dir: str = Field(description="Where the videos and parquet files are written.")
+
+
+class DataSpec(_Strict):
+    parquet: list[str] = Field(description="Parquet files (or directories of *.parquet) to read.")
+    root: str | None = Field(
+        None,
+        description="Local root for sentinel-relative video paths (longvt_source/..., museg/..., "
+        "selfqa/...); materialised in memory as file://ROOT/<path>.",
+    )
+    shuffle: bool = Field(True, description="Shuffle rows every epoch (seeded by the recipe seed).")
+    max_rows: int | None = Field(None, ge=1, description="Use at most this many rows.")
+    synth: SynthSpec | None = Field(
+        None, description="Generate the parquet with paravt-tools synth if it does not exist."
+    )
+
+    @field_validator("parquet", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+
+class _RecipeBase(_Strict):
+    output_dir: str = Field(description="Run directory: metrics.jsonl, checkpoints, final/.")
+    seed: int = Field(0, description="Seed of data order, sampling and initialisation.")
+    max_steps: int = Field(ge=1, description="Optimiser steps to run.")
+    model: ModelSpec
+    data: DataSpec
+    video: VideoSpec = Field(default_factory=VideoSpec)
+    optim: OptimSpec
+    distributed: DistributedSpec = Field(default_factory=DistributedSpec)
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    logging: LoggingSpec = Field(default_factory=LoggingSpec)
+
+
+# --------------------------------------------------------------------------------------------------
+# SFT
+
+
+class SFTSpec(_Strict):
+    batch_size: int = Field(1, ge=1, description="Sequences (or packs) per micro-batch per rank.")
+    grad_accum: int = Field(1, ge=1, description="Micro-batches accumulated per optimiser step.")
+    max_length: int = Field(
+        8192, ge=16, description="Tokens per sample at most; longer samples are truncated."
+    )
+    packing: bool = Field(
+        False, description="Concatenate samples into sequences of `packing_length` tokens."
+    )
+    packing_length: int = Field(8192, ge=16, description="Length of one packed sequence.")
+
+
+class SFTRecipe(_RecipeBase):
+    stage: Literal["sft"] = Field(description="Which trainer this recipe drives.")
+    sft: SFTSpec = Field(default_factory=SFTSpec)
+
+
+# --------------------------------------------------------------------------------------------------
+# RL
+
+
+class RolloutSpec(_Strict):
+    engine: Literal["hf", "sglang"] = Field(
+        "hf",
+        description="'hf': in-process transformers engine sharing the policy's weights; "
+        "'sglang': SGLang offline engine on GPU, weights pushed after every optimiser step.",
+    )
+    batch_prompts: int = Field(7, ge=1, description="Prompts per step (over all ranks).")
+    group_size: int = Field(8, ge=1, description="Rollouts per prompt (the GRPO group).")
+    temperature: float = Field(0.7, ge=0, description="Sampling temperature of rollouts.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    max_new_tokens: int = Field(2048, ge=1, description="Main-agent tokens per turn at most.")
+    subagent_max_new_tokens: int = Field(256, ge=1, description="Sub-agent tokens at most.")
+    max_turns: int = Field(3, ge=1, description="Main-agent turns; the last is forced to answer.")
+    max_parallel: int = Field(5, ge=1, description="crop_video calls executed per turn at most.")
+    dispatch: Literal["parallel", "sequential"] = Field(
+        "parallel", description="All calls of a turn at once, or one call per turn (baseline)."
+    )
+    tool_response: Literal["subagent", "frames"] = Field(
+        "subagent", description="Sub-agent summaries or raw frames back into the main context."
+    )
+    think_prefix: bool = Field(True, description="Start every main response with '<think>\\n'.")
+    prompt_mode: Literal["direct", "reasoning", "agentic_general", "agentic_minimal"] = Field(
+        "agentic_general", description="System prompt of the main agent (paravt.core.prompts)."
+    )
+    sglang: dict[str, Any] = Field(
+        default_factory=dict, description="Extra keyword arguments of sglang.Engine (GPU only)."
+    )
+
+
+class GatingSpec(_Strict):
+    enabled: bool = Field(True, description="nFrames gating: draw the overview K per prompt.")
+    choices: tuple[int, ...] = Field((4, 8, 16, 32, 64), description="The K values drawn from.")
+    seed: int = Field(0, description="Seed of the per-prompt draw (stable across processes).")
+
+
+class RewardSpec(_Strict):
+    preset: Literal["paragrpo", "vanilla"] = Field(
+        "paragrpo", description="RewardConfig preset of paravt-rewards."
+    )
+    overrides: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Fields of paravt.rewards.RewardConfig set on top of the preset.",
+    )
+
+    def build(self) -> Any:
+        """The `paravt.rewards.RewardConfig` this section describes (validated by rewards)."""
+        from paravt.rewards import RewardConfig
+
+        base = RewardConfig.paragrpo() if self.preset == "paragrpo" else RewardConfig.vanilla()
+        if not self.overrides:
+            return base
+        return RewardConfig.model_validate({**base.model_dump(), **self.overrides})
+
+
+class AdvantageSpec(_Strict):
+    estimator: Literal["grpo", "dr_grpo"] = Field(
+        "grpo", description="'grpo': (r - mean) / std per group; 'dr_grpo': r - mean (no std)."
+    )
+    reward_scaling: float = Field(10.0, description="Rewards are scaled by this ...")
+    reward_bias: float = Field(
+        -0.2, description="... after adding this bias (reference: 10, -0.2)."
+    )
+    batch_norm: bool = Field(True, description="Normalise advantages over the batch afterwards.")
+    token_level_anchoring: bool = Field(
+        False,
+        description="Add the anchor reward only at structural-token positions (per-token "
+        "advantages) instead of the sequence-level scalar.",
+    )
+
+
+class LossSpec(_Strict):
+    clip_eps: float = Field(0.2, gt=0, description="PPO ratio clip epsilon (lower side).")
+    clip_eps_high: float | None = Field(
+        None, gt=0, description="Upper clip epsilon (clip-higher); None uses clip_eps."
+    )
+    kl_coef: float = Field(
+        0.01, ge=0, description="Weight of the k3 KL penalty to a frozen reference model."
+    )
+    aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = Field(
+        "token-mean", description="How per-token losses are reduced to one number."
+    )
+    include_subagents_in_loss: bool = Field(
+        True,
+        description="Train sub-agent trajectories with their episode's (broadcast) advantage.",
+    )
+    micro_batch_size: int = Field(
+        4, ge=1, description="Trajectories per forward/backward pass in the update."
+    )
+
+
+class RLRecipe(_RecipeBase):
+    stage: Literal["rl"] = Field(description="Which trainer this recipe drives.")
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    gating: GatingSpec = Field(default_factory=GatingSpec)
+    reward: RewardSpec = Field(default_factory=RewardSpec)
+    advantage: AdvantageSpec = Field(default_factory=AdvantageSpec)
+    loss: LossSpec = Field(default_factory=LossSpec)
+
+
+Recipe = Annotated[SFTRecipe | RLRecipe, Field(discriminator="stage")]
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading
+
+
+def recipe_path(name_or_path: str | Path) -> Path:
+    """A packaged recipe by name (`tiny_sft`, `paragrpo_8b.yaml`) or an existing file path."""
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    stem = path.name.removesuffix(".yaml").removesuffix(".yml")
+    if path.parent == Path(".") and stem in RECIPE_NAMES:
+        return Path(str(resources.files("paravt.train") / "recipes" / f"{stem}.yaml"))
+    raise RecipeError(
+        f"recipe {str(name_or_path)!r} is neither a file nor a packaged recipe; "
+        f"packaged recipes: {', '.join(RECIPE_NAMES)}"
+    )
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`"optim.lr=1e-4"` -> (["optim", "lr"], 1e-4). Values are parsed as YAML scalars/lists."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise RecipeError(
+            f"override {text!r} is not of the form key.sub=value (e.g. optim.lr=1e-4)"
+        )
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise RecipeError(f"override {text!r}: the value is not valid YAML ({exc})") from None
+    return key.split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """A copy of `data` with each `key.sub=value` set (intermediate mappings are created)."""
+    out = yaml.safe_load(yaml.safe_dump(data)) or {}
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = out
+        for i, key in enumerate(keys[:-1]):
+            child = node.get(key)
+            if child is None:
+                child = node[key] = {}
+            if not isinstance(child, dict):
+                where = ".".join(keys[: i + 1])
+                raise RecipeError(f"override {text!r}: {where!r} is a value, not a section")
+            node = child
+        node[keys[-1]] = value
+    return out
+
+
+def _allowed_keys(model: type[BaseModel], loc: Sequence[Any]) -> list[str]:
+    """The field names of the section that holds `loc[-1]` (best effort, for error messages)."""
+    current: Any = model
+    for part in loc[:-1]:
+        fields = getattr(current, "model_fields", None)
+        if fields is None or part not in fields:
+            return []
+        annotation = fields[part].annotation
+        candidates = [annotation, *getattr(annotation, "__args__", ())]
+        current = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
+        if current is None:
+            return []
+    return sorted(getattr(current, "model_fields", {}))
+
+
+def format_recipe_error(source: str, error: ValidationError, stage: str | None) -> str:
+    model: type[BaseModel] = RLRecipe if stage == "rl" else SFTRecipe
+    lines = [f"recipe {source} is invalid:"]
+    for item in error.errors(include_url=False):
+        loc = list(item.get("loc", ()))
+        key = ".".join(str(p) for p in loc) or "(top level)"
+        if item.get("type") == "extra_forbidden":
+            allowed = _allowed_keys(model, loc)
+            hint = f"; allowed keys here: {', '.join(allowed)}" if allowed else ""
+            lines.append(f"  unknown key {key!r}{hint}")
+        elif item.get("type") == "missing":
+            lines.append(f"  missing key {key!r} (add it to the recipe or pass {key}=VALUE)")
+        else:
+            msg = str(item.get("msg", "invalid")).removeprefix("Value error, ")
+            lines.append(f"  {key}: {msg} (got {item.get('input')!r})")
+    return "\n".join(lines)
+
+
+def load_recipe(
+    name_or_path: str | Path, overrides: Sequence[str] = (), *, stage: str | None = None
+) -> SFTRecipe | RLRecipe:
+    """Load, override and validate a recipe. `stage` ('sft' or 'rl') is checked when given.
+
+    Raises `RecipeError` naming the file and every bad key.
+    """
+    path = recipe_path(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise RecipeError(f"recipe {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise RecipeError(f"recipe {path} must be a mapping of keys, got {type(data).__name__}")
+    data = apply_overrides(data, overrides)
+    found = data.get("stage")
+    if stage is not None and found != stage:
+        raise RecipeError(
+            f"recipe {path} has stage {found!r}, but `paravt-train {stage}` needs stage: {stage}"
+        )
+    model: type[SFTRecipe | RLRecipe]
+    if found == "sft":
+        model = SFTRecipe
+    elif found == "rl":
+        model = RLRecipe
+    else:
+        raise RecipeError(f"recipe {path}: key 'stage' must be 'sft' or 'rl', got {found!r}")
+    try:
+        recipe = model.model_validate(data)
+    except ValidationError as exc:
+        raise RecipeError(format_recipe_error(str(path), exc, found)) from None
+    if isinstance(recipe, RLRecipe):
+        try:
+            recipe.reward.build()
+        except ValidationError as exc:
+            raise RecipeError(
+                f"recipe {path}: reward.overrides are not valid RewardConfig fields:\n{exc}"
+            ) from None
+    return recipe
+
+
+def recipe_help(stage: Literal["sft", "rl"]) -> str:
+    """Every key of a stage's recipe with its default and help text, one per line."""
+    model: type[BaseModel] = SFTRecipe if stage == "sft" else RLRecipe
+    lines: list[str] = []
+
+    def walk(cls: type[BaseModel], prefix: str) -> None:
+        for name, info in cls.model_fields.items():
+            annotation = info.annotation
+            candidates = [annotation, *getattr(annotation, "__args__", ())]
+            sub = next(
+                (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+            )
+            if sub is not None and name not in ("stage",):
+                walk(sub, f"{prefix}{name}.")
+                continue
+            default = (
+                "required"
+                if info.is_required()
+                else f"default {info.get_default(call_default_factory=True)!r}"
+            )
+            lines.append(f"{prefix}{name}  ({default})  {info.description or ''}".rstrip())
+
+    walk(model, "")
+    return "\n".join(lines)

@@ -1,0 +1,111 @@
+"""Recipes: YAML + pydantic, unknown keys named, key.sub=value overrides, packaged recipes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from paravt.train.cli import build_parser, main
+from paravt.train.recipe import (
+    RECIPE_NAMES,
+    RecipeError,
+    RLRecipe,
+    SFTRecipe,
+    apply_overrides,
+    load_recipe,
+    parse_override,
+)
+
+
+@pytest.mark.parametrize("name", RECIPE_NAMES)
+def test_every_packaged_recipe_loads_and_validates(name: str) -> None:
+    recipe = load_recipe(name)
+    assert isinstance(recipe, SFTRecipe if "sft" in name else RLRecipe)
+
+
+def test_reference_paragrpo_recipe_carries_the_paper_settings() -> None:
+    r = load_recipe("paragrpo_8b")
+    assert isinstance(r, RLRecipe)
+    assert (r.rollout.group_size, r.rollout.batch_prompts, r.rollout.temperature) == (8, 7, 0.7)
+    assert (r.rollout.max_turns, r.rollout.max_parallel, r.rollout.max_new_tokens) == (3, 5, 2048)
+    assert (r.optim.lr, r.optim.schedule, r.loss.clip_eps, r.loss.kl_coef) == (
+        2e-6,
+        "constant",
+        0.2,
+        0.01,
+    )
+    assert (r.advantage.reward_scaling, r.advantage.reward_bias) == (10.0, -0.2)
+    assert r.gating.enabled and r.gating.choices == (4, 8, 16, 32, 64)
+    assert r.distributed.strategy == "fsdp2" and r.rollout.engine == "sglang"
+    vanilla = load_recipe("vanilla_grpo_8b")
+    assert isinstance(vanilla, RLRecipe)
+    assert not vanilla.gating.enabled and not vanilla.rollout.think_prefix
+    assert vanilla.reward.build().lambda_anchor == 0.0
+
+
+def test_overrides_set_nested_keys_with_yaml_typed_values() -> None:
+    r = load_recipe(
+        "tiny_paragrpo", ["rollout.group_size=3", "optim.lr=5e-5", "gating.choices=[2,4]"]
+    )
+    assert r.rollout.group_size == 3 and r.optim.lr == 5e-5 and r.gating.choices == (2, 4)
+
+
+def test_an_unknown_key_is_an_error_naming_the_key_and_the_allowed_ones() -> None:
+    with pytest.raises(RecipeError) as err:
+        load_recipe("tiny_sft", ["optim.lrr=1e-4"])
+    text = str(err.value)
+    assert "unknown key 'optim.lrr'" in text and "lr" in text and "warmup_steps" in text
+
+
+def test_a_mistyped_value_names_the_key() -> None:
+    with pytest.raises(RecipeError, match="sft.batch_size"):
+        load_recipe("tiny_sft", ["sft.batch_size=many"])
+
+
+def test_an_sft_recipe_is_refused_by_the_rl_command() -> None:
+    with pytest.raises(RecipeError, match="needs stage: rl"):
+        load_recipe("tiny_sft", stage="rl")
+
+
+def test_bad_reward_overrides_are_reported_as_recipe_errors() -> None:
+    with pytest.raises(RecipeError, match="reward.overrides"):
+        load_recipe("tiny_paragrpo", ["reward.overrides.not_a_field=1"])
+
+
+def test_malformed_overrides_say_what_form_is_expected() -> None:
+    with pytest.raises(RecipeError, match="key.sub=value"):
+        parse_override("optim.lr")
+    with pytest.raises(RecipeError, match="is a value, not a section"):
+        apply_overrides({"seed": 1}, ["seed.x=2"])
+
+
+def test_a_recipe_file_on_disk_loads_with_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text(
+        "stage: sft\noutput_dir: out\nmax_steps: 3\nmodel: {path: m}\ndata: {parquet: d.parquet}\n"
+        "optim: {lr: 0.1}\n"
+    )
+    r = load_recipe(str(path), ["sft.grad_accum=2"])
+    assert isinstance(r, SFTRecipe) and r.sft.grad_accum == 2 and r.data.parquet == ["d.parquet"]
+
+
+def test_the_cli_help_lists_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    out = capsys.readouterr().out
+    for command in ("sft", "rl", "materialize", "plot", "smoke"):
+        assert command in out
+
+
+def test_the_cli_reports_recipe_errors_without_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["sft", "tiny_sft", "optim.nope=1"]) == 2
+    assert "unknown key 'optim.nope'" in capsys.readouterr().err
+
+
+def test_help_recipe_lists_keys_with_their_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rl", "--help-recipe"]) == 0
+    out = capsys.readouterr().out
+    assert "loss.include_subagents_in_loss" in out and "rollout.group_size" in out
