@@ -59,7 +59,7 @@ def test_an_unknown_key_is_an_error_naming_the_key_and_the_allowed_ones() -> Non
 
 
 def test_a_mistyped_value_names_the_key() -> None:
-    with pytest.raises(RecipeError, match="sft.batch_size"):
+    with pytest.raises(RecipeError, match=r"sft\.batch_size"):
         load_recipe("tiny_sft", ["sft.batch_size=many"])
 
 
@@ -69,12 +69,12 @@ def test_an_sft_recipe_is_refused_by_the_rl_command() -> None:
 
 
 def test_bad_reward_overrides_are_reported_as_recipe_errors() -> None:
-    with pytest.raises(RecipeError, match="reward.overrides"):
+    with pytest.raises(RecipeError, match=r"reward\.overrides"):
         load_recipe("tiny_paragrpo", ["reward.overrides.not_a_field=1"])
 
 
 def test_malformed_overrides_say_what_form_is_expected() -> None:
-    with pytest.raises(RecipeError, match="key.sub=value"):
+    with pytest.raises(RecipeError, match=r"key\.sub=value"):
         parse_override("optim.lr")
     with pytest.raises(RecipeError, match="is a value, not a section"):
         apply_overrides({"seed": 1}, ["seed.x=2"])
