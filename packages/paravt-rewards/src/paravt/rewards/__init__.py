@@ -1,10 +1,78 @@
-"""paravt.rewards: PARA-GRPO rewards, nFrames Gating and GRPO advantage math; light (no torch), with TRL/verl/AReaL/OpenRLHF adapters."""
+"""paravt.rewards: PARA-GRPO rewards, nFrames Gating and GRPO advantage math.
+
+Light by design: needs only paravt-core and pydantic (no torch, no numpy). Framework adapters for
+TRL, verl, AReaL and OpenRLHF live in `paravt.rewards.integrations`.
+"""
 
 from importlib.metadata import PackageNotFoundError, version
+
+from paravt.rewards.accuracy import (
+    exact_match,
+    extract_choice,
+    mcq_accuracy,
+    normalize_text,
+    parse_window,
+    temporal_iou,
+    token_f1,
+)
+from paravt.rewards.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    AdvantageConfig,
+    batch_normalize,
+    group_advantages,
+    shape_rewards,
+    token_advantages,
+)
+from paravt.rewards.anchoring import anchor_token_rewards, structural_token_positions
+from paravt.rewards.config import AccuracyMode, AnchoringForm, JudgeConfig, RewardConfig
+from paravt.rewards.gating import NFramesGate
+from paravt.rewards.judge import JudgeResult, LLMJudge
+from paravt.rewards.score import RewardBreakdown, score, score_episode
+from paravt.rewards.terms import (
+    FormatTerms,
+    answer_text,
+    format_terms,
+    is_chat_spam,
+    is_runaway_repetition,
+    tool_reward,
+)
 
 try:
     __version__ = version("paravt-rewards")
 except PackageNotFoundError:  # running from a source tree without an install
     __version__ = "0+unknown"
 
-__all__ = ["__version__"]
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "AccuracyMode",
+    "AdvantageConfig",
+    "AnchoringForm",
+    "FormatTerms",
+    "JudgeConfig",
+    "JudgeResult",
+    "LLMJudge",
+    "NFramesGate",
+    "RewardBreakdown",
+    "RewardConfig",
+    "__version__",
+    "anchor_token_rewards",
+    "answer_text",
+    "batch_normalize",
+    "exact_match",
+    "extract_choice",
+    "format_terms",
+    "group_advantages",
+    "is_chat_spam",
+    "is_runaway_repetition",
+    "mcq_accuracy",
+    "normalize_text",
+    "parse_window",
+    "score",
+    "score_episode",
+    "shape_rewards",
+    "structural_token_positions",
+    "temporal_iou",
+    "token_advantages",
+    "token_f1",
+    "tool_reward",
+]

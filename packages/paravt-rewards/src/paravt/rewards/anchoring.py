@@ -1,0 +1,114 @@
+"""Token-level selective anchoring: the anchor credit placed on structural tokens only.
+
+The paper applies the anchoring reward "only at the structural-token positions most prone to
+collapse, leaving tool-call content tokens unconstrained"; the reference applies it as one scalar.
+Here a completion's token offsets (one `(start, end)` character span per token, as returned by a
+fast tokenizer's `return_offsets_mapping=True`) are matched against the tag spans the core parser
+found, and each part of R_anchor goes to the tokens of the tags that earned it:
+
+- `</think>` closure (+0.4): the tokens of the first `</think>`;
+- full think -> answer flow (+0.3): the tokens of that `</think>` and of the first closed,
+  non-empty answer block's `<answer>` and `</answer>`;
+- unclosed think (-0.3): the tokens of the first `<think>`.
+
+A part is split evenly over its tokens and scaled by `lambda_anchor`, so the vector sums to
+`lambda_anchor * R_anchor`. When a tag has no token in the completion (e.g. the `<think>` of the
+think prefix sits in the prompt), that part goes to the last token, so the sum is kept.
+Every other token, including all tool-call content, gets 0.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+
+from paravt.core import ParsedResponse, TagSpan
+
+from paravt.rewards.terms import (
+    ANCHOR_CLOSE_THINK,
+    ANCHOR_FLOW,
+    ANCHOR_UNCLOSED_THINK,
+    substantive_think,
+)
+
+Offsets = Sequence[tuple[int, int]]
+
+
+_Index = tuple[list[int], list[int], int]
+
+
+def _tokens_of(span: TagSpan, offsets: Offsets, index: _Index) -> list[int]:
+    """Indices of tokens whose character span overlaps `span` (empty spans overlap nothing)."""
+    starts, order, longest = index
+    out = []
+    # tokens sorted by start; all tokens starting before span.end are candidates
+    hi = bisect_right(starts, span.end - 1)
+    for k in range(hi - 1, -1, -1):
+        i = order[k]
+        s, e = offsets[i]
+        if e > span.start and s < span.end and e > s:
+            out.append(i)
+        elif s + longest <= span.start:  # nothing further back can reach the span
+            break
+    return sorted(out)
+
+
+def _index(offsets: Offsets) -> _Index:
+    order = sorted(range(len(offsets)), key=lambda i: offsets[i][0])
+    longest = max((e - s for s, e in offsets), default=0)
+    return [offsets[i][0] for i in order], order, max(1, longest)
+
+
+def structural_token_positions(parsed: ParsedResponse, offsets: Offsets) -> list[int]:
+    """Indices of the tokens that overlap any structural tag (`<think>`, `</think>`, `<answer>`,
+    `</answer>`, tool-call brackets), in order. Offsets are character spans into `parsed.text`."""
+    index = _index(offsets)
+    found: set[int] = set()
+    for tag in parsed.tags:
+        found.update(_tokens_of(tag, offsets, index))
+    return sorted(found)
+
+
+def anchor_token_rewards(
+    parsed: ParsedResponse,
+    offsets: Offsets,
+    *,
+    lambda_anchor: float = 0.5,
+    min_think_chars: int = 10,
+) -> list[float]:
+    """A per-token reward vector (one float per offset) holding `lambda_anchor * R_anchor` on the
+    structural tokens that earned it (see the module docstring); zeros elsewhere."""
+    n = len(offsets)
+    rewards = [0.0] * n
+    if n == 0 or lambda_anchor == 0:
+        return rewards
+    index = _index(offsets)
+    first: dict[str, TagSpan] = {}
+    for tag in parsed.tags:
+        first.setdefault(tag.tag, tag)
+    think = substantive_think(parsed, min_think_chars)
+    close = first.get("</think>")
+    answer = next((b for b in parsed.answer_blocks if b.closed and b.content.strip()), None)
+
+    parts: list[tuple[float, list[TagSpan]]] = []
+    if close is not None and think:
+        parts.append((ANCHOR_CLOSE_THINK, [close]))
+        if answer is not None:
+            a_open = next(t for t in parsed.tags if t.start == answer.start)
+            a_close = next(t for t in parsed.tags if t.end == answer.end and t.tag == "</answer>")
+            parts.append((ANCHOR_FLOW, [close, a_open, a_close]))
+    if "<think>" in first and close is None:
+        parts.append((ANCHOR_UNCLOSED_THINK, [first["<think>"]]))
+
+    for value, spans in parts:
+        tokens = sorted({i for s in spans for i in _tokens_of(s, offsets, index)})
+        targets = tokens or [n - 1]
+        share = lambda_anchor * value / len(targets)
+        for i in targets:
+            rewards[i] += share
+    return rewards
+
+
+def shift_offsets(offsets: Offsets, by: int) -> list[tuple[int, int]]:
+    """Offsets moved right by `by` characters (after a prefix was prepended to the text)."""
+    return [(s + by, e + by) for s, e in offsets]

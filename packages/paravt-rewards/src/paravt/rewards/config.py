@@ -1,0 +1,143 @@
+"""`RewardConfig`: every knob of the PARA-GRPO reward in one typed object, with two presets."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+AccuracyMode = Literal["mcq", "exact", "f1", "temporal_iou", "llm"]
+AnchoringForm = Literal["sequence", "token"]
+
+
+class JudgeConfig(BaseModel):
+    """An LLM judge behind an OpenAI-compatible `/chat/completions` endpoint."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: str = Field(description="Endpoint root, e.g. http://localhost:8000/v1.")
+    model: str = Field(description="Model name sent in the request.")
+    api_key_env: str | None = Field(
+        "OPENAI_API_KEY",
+        description="Name of the environment variable holding the API key (never the key itself); "
+        "None sends no Authorization header.",
+    )
+    timeout_s: float = Field(30.0, gt=0, description="Time limit of one HTTP request.")
+    max_retries: int = Field(2, ge=0, le=10, description="Retries after a failed request.")
+    backoff_s: float = Field(0.5, ge=0, description="First retry delay; doubles each retry.")
+    cache_dir: str | None = Field(
+        None, description="Directory of the on-disk verdict cache; None disables the cache."
+    )
+    max_chars: int = Field(
+        4000, ge=16, description="Question, prediction and reference are cut to this many chars."
+    )
+
+
+class RewardConfig(BaseModel):
+    """How `score` turns a completion into `R = w_acc*R_acc + w_fmt*R_fmt + w_tool*R_tool - gamma*P`.
+
+    Every term lies in [0, 1] before weighting. The defaults are the PARA-GRPO recipe
+    (`RewardConfig.paragrpo()`); `RewardConfig.vanilla()` is the reference vanilla-GRPO baseline.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    accuracy_weight: float = Field(1.0, ge=0, description="Weight of R_acc in the total.")
+    format_weight: float = Field(
+        1.0, ge=0, description="Weight of R_fmt in the total (reference recipes: 1.0)."
+    )
+    tool_weight: float = Field(1.0, ge=0, description="Weight of R_tool in the total.")
+    tool_reward: bool = Field(True, description="Add the graduated tool reward R_tool.")
+
+    accuracy_modes: dict[str, AccuracyMode] = Field(
+        default_factory=lambda: {"mcq": "mcq", "tvg": "temporal_iou"},
+        description="Accuracy mode per question type; types not listed use default_accuracy.",
+    )
+    default_accuracy: AccuracyMode = Field(
+        "f1", description="Accuracy mode of the other question types: f1, exact or llm."
+    )
+    exact_match_shortcut: bool = Field(
+        True, description="A normalised exact match scores 1 whatever the mode (reference)."
+    )
+    answer_fallback: bool = Field(
+        True,
+        description="Without a closed <answer>, grade the last text outside any tag (e.g. a "
+        "bare 'B' after </think>), as the reference does.",
+    )
+    mcq_letters: str = Field(
+        "ABCDEFGHIJ", min_length=1, description="Letters a multiple-choice answer may use."
+    )
+
+    answer_suffix: bool = Field(
+        True,
+        description="Format reward weights the answer block more: think 0.2, <answer> 0.3, "
+        "</answer> 0.2 (off: 0.3 / 0.2 / 0.1).",
+    )
+    min_think_chars: int = Field(10, ge=0, description="A think block is substantive from here.")
+    think_before_tool_bonus: float = Field(
+        0.3, ge=0, le=1, description="Format credit when <think> precedes the first tool call."
+    )
+    balanced_tags_bonus: float = Field(
+        0.1, ge=0, le=1, description="Format credit when every tag pair balances."
+    )
+    lambda_anchor: float = Field(
+        0.5, ge=0, le=2, description="Scale of the selective-anchoring reward R_anchor; 0 disables it."
+    )
+    anchoring: AnchoringForm = Field(
+        "sequence",
+        description="'sequence': lambda*R_anchor is part of R_fmt (reference). 'token': it is "
+        "left out of the scalar and returned as a per-token vector on structural tokens.",
+    )
+
+    gamma: float = Field(
+        0.0,
+        ge=0,
+        description="Penalty weight for invalid tool calls (unparseable, unknown tool, invalid "
+        "window, over the per-turn cap), times the fraction of call attempts that were invalid. "
+        "Our reading of the paper's 'penalty term'; the reference code has none (0).",
+    )
+    max_calls_per_turn: int = Field(5, ge=1, description="Calls beyond this per turn are invalid.")
+
+    degenerate_guard: bool = Field(
+        True, description="Score 0 for chat-token spam (reference guard)."
+    )
+    chat_spam_min_tokens: int = Field(5, ge=1, description="'<|im_start|>' count that is spam...")
+    chat_spam_max_chars: int = Field(300, ge=1, description="...in a completion shorter than this.")
+    repetition_guard: bool = Field(
+        False,
+        description="Also score 0 for runaway repetition: the completion ends with a unit of at "
+        "most 64 characters repeated over at least repetition_min_chars. Off in the presets (the "
+        "reference has no such guard).",
+    )
+    repetition_min_chars: int = Field(400, ge=16, description="Length of a runaway repeated tail.")
+
+    completion_prefix: str = Field(
+        "",
+        max_length=64,
+        description="Prepended to each completion before scoring. Set it to '<think>\\n' when the "
+        "think prefix sits at the end of the prompt, so the completion is scored as the model "
+        "wrote it.",
+    )
+    judge: JudgeConfig | None = Field(
+        None, description="The LLM judge used by accuracy mode 'llm'."
+    )
+
+    @classmethod
+    def paragrpo(cls, **overrides: object) -> RewardConfig:
+        """The reference PARA-GRPO recipe: answer_suffix on, lambda_anchor 0.5, F1, format weight 1."""
+        return cls.model_validate(
+            {"answer_suffix": True, "lambda_anchor": 0.5, "format_weight": 1.0, **overrides}
+        )
+
+    @classmethod
+    def vanilla(cls, **overrides: object) -> RewardConfig:
+        """The reference vanilla-GRPO baseline: answer_suffix off, no anchoring, format weight 1."""
+        return cls.model_validate(
+            {"answer_suffix": False, "lambda_anchor": 0.0, "format_weight": 1.0, **overrides}
+        )
+
+    def accuracy_mode(self, question_type: str | None) -> AccuracyMode:
+        """The accuracy mode used for `question_type` (None or unknown -> default_accuracy)."""
+        if question_type is None:
+            return self.default_accuracy
+        return self.accuracy_modes.get(str(question_type).strip().lower(), self.default_accuracy)

@@ -1,0 +1,280 @@
+"""`score`: one completion (or agent episode) -> `RewardBreakdown` with every component and flag."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from paravt.core import Episode, ParsedResponse, parse_response
+
+from paravt.rewards.accuracy import (
+    Options,
+    as_text,
+    exact_match,
+    mcq_accuracy,
+    temporal_iou,
+    token_f1,
+)
+from paravt.rewards.anchoring import anchor_token_rewards, shift_offsets
+from paravt.rewards.config import AccuracyMode, RewardConfig
+from paravt.rewards.judge import JudgeOutcome, LLMJudge, judge_for
+from paravt.rewards.terms import (
+    answer_text,
+    degenerate_reason,
+    format_terms,
+    invalid_calls,
+    parseable_call,
+    penalty_fraction,
+    tool_reward,
+)
+
+_DEFAULT = RewardConfig()
+
+
+@dataclass
+class RewardBreakdown:
+    """The total reward and every part of it, ready to log (`components()`)."""
+
+    total: float
+    accuracy: float = 0.0
+    format: float = 0.0  # R_fmt in [0, 1]; includes lambda*R_anchor in the sequence form
+    base_format: float = 0.0  # R_base_fmt in [0, 1]
+    anchor: float = 0.0  # R_anchor in [-0.3, 0.7], before lambda_anchor
+    tool: float = 0.0  # R_tool in [0, 1] (0 when the tool reward is off)
+    penalty: float = 0.0  # fraction of call attempts that were invalid, in [0, 1]
+    call_attempts: int = 0
+    invalid_calls: int = 0
+    tool_responses: int = 0
+    answer: str | None = None
+    accuracy_mode: AccuracyMode = "f1"
+    judge: JudgeOutcome | None = None  # set when the LLM judge was asked
+    degenerate: str | None = None  # 'chat_token_spam' / 'runaway_repetition' when guarded
+    flags: list[str] = field(default_factory=list)
+    token_rewards: list[float] | None = None  # token-level anchoring, when offsets were given
+
+    def components(self) -> dict[str, float]:
+        """Flat float metrics for a logger (flags become 0/1 values)."""
+        out = {
+            "reward/total": self.total,
+            "reward/accuracy": self.accuracy,
+            "reward/format": self.format,
+            "reward/base_format": self.base_format,
+            "reward/anchor": self.anchor,
+            "reward/tool": self.tool,
+            "reward/penalty": self.penalty,
+            "tool/call_attempts": float(self.call_attempts),
+            "tool/invalid_calls": float(self.invalid_calls),
+            "tool/responses": float(self.tool_responses),
+            "flag/degenerate": float(self.degenerate is not None),
+            "flag/judge_unavailable": float(self.judge == "unavailable"),
+        }
+        return out
+
+
+def _accuracy(
+    answer: str | None,
+    ground_truth: str,
+    mode: AccuracyMode,
+    config: RewardConfig,
+    *,
+    options: Options,
+    question: str,
+    judge: LLMJudge | None,
+    flags: list[str],
+) -> tuple[float, JudgeOutcome | None]:
+    if not answer or not ground_truth.strip():
+        return 0.0, None
+    if (config.exact_match_shortcut or mode == "exact") and exact_match(answer, ground_truth):
+        return 1.0, None
+    if mode == "mcq":
+        return mcq_accuracy(answer, ground_truth, options, config.mcq_letters), None
+    if mode == "temporal_iou":
+        return temporal_iou(answer, ground_truth), None
+    if mode == "exact":
+        return 0.0, None
+    if mode == "llm":
+        if judge is None:
+            if config.judge is None:
+                flags.append("judge_not_configured")
+                return token_f1(answer, ground_truth), "unavailable"
+            judge = judge_for(config.judge)
+        result = judge.judge(question, answer, ground_truth)
+        if result.score is None:
+            flags.append("judge_unavailable")  # graded by token F1 instead, never silently 0
+            return token_f1(answer, ground_truth), "unavailable"
+        return result.score, result.outcome
+    return token_f1(answer, ground_truth), None
+
+
+def _compose(
+    *,
+    fmt_parsed: ParsedResponse,
+    answer: str | None,
+    ground_truth: Any,
+    question_type: str | None,
+    config: RewardConfig,
+    parseable: bool,
+    responses: int,
+    invalid: int,
+    attempts: int,
+    options: Options,
+    question: str,
+    judge: LLMJudge | None,
+) -> RewardBreakdown:
+    flags: list[str] = []
+    mode = config.accuracy_mode(question_type)
+    breakdown = RewardBreakdown(total=0.0, answer=answer, accuracy_mode=mode, flags=flags)
+    breakdown.call_attempts, breakdown.invalid_calls, breakdown.tool_responses = (
+        attempts,
+        invalid,
+        responses,
+    )
+    degenerate = degenerate_reason(
+        fmt_parsed.text,
+        guard=config.degenerate_guard,
+        spam_min_tokens=config.chat_spam_min_tokens,
+        spam_max_chars=config.chat_spam_max_chars,
+        repetition=config.repetition_guard,
+        repetition_min_chars=config.repetition_min_chars,
+    )
+    if degenerate is not None:
+        breakdown.degenerate = degenerate
+        flags.append(degenerate)
+        return breakdown
+    acc, breakdown.judge = _accuracy(
+        answer,
+        as_text(ground_truth),
+        mode,
+        config,
+        options=options,
+        question=question,
+        judge=judge,
+        flags=flags,
+    )
+    terms = format_terms(
+        fmt_parsed,
+        answer_suffix=config.answer_suffix,
+        min_think_chars=config.min_think_chars,
+        think_before_tool_bonus=config.think_before_tool_bonus,
+        balanced_tags_bonus=config.balanced_tags_bonus,
+    )
+    anchor = terms.anchor if config.lambda_anchor > 0 else 0.0
+    fmt = terms.base
+    if config.anchoring == "sequence":
+        fmt = min(1.0, max(0.0, terms.base + config.lambda_anchor * anchor))
+    tool = tool_reward(parseable, responses > 0, acc) if config.tool_reward else 0.0
+    penalty = penalty_fraction(invalid, attempts)
+    breakdown.accuracy, breakdown.format, breakdown.base_format = acc, fmt, terms.base
+    breakdown.anchor, breakdown.tool, breakdown.penalty = anchor, tool, penalty
+    breakdown.total = (
+        config.accuracy_weight * acc
+        + config.format_weight * fmt
+        + config.tool_weight * tool
+        - config.gamma * penalty
+    )
+    return breakdown
+
+
+def score(
+    completion: str | ParsedResponse,
+    ground_truth: Any,
+    question_type: str | None = None,
+    config: RewardConfig | None = None,
+    *,
+    options: Options = None,
+    question: str = "",
+    token_offsets: Sequence[tuple[int, int]] | None = None,
+    tool_responses: int | None = None,
+    judge: LLMJudge | None = None,
+) -> RewardBreakdown:
+    """Score one completion against its ground truth.
+
+    In: the completion text (or an already parsed response), the ground truth (a string such as
+    `"B"`, `"[12.0, 30.5]"`, or a `[start, end]` pair), the question type (`mcq`, `tvg`, `oe`...,
+    mapped to an accuracy mode by `config.accuracy_modes`), the config (default: PARA-GRPO).
+    `options` lets an MCQ answer name an option by its text; `question` feeds the LLM judge;
+    `token_offsets` (one character span per completion token) adds the token-level anchoring
+    vector `token_rewards`; `tool_responses` overrides the count of `<tool_response>` blocks found
+    in the text (a single model turn has none: pass how many tool responses came back).
+    Out: a `RewardBreakdown`. Never raises on model output.
+    """
+    config = config or _DEFAULT
+    prefix = config.completion_prefix
+    if isinstance(completion, ParsedResponse):
+        parsed = parse_response(prefix + completion.text) if prefix else completion
+    else:
+        parsed = parse_response(prefix + (completion if isinstance(completion, str) else ""))
+    responses = parsed.num_tool_responses if tool_responses is None else max(0, tool_responses)
+    invalid, attempts = invalid_calls(parsed, config.max_calls_per_turn)
+    out = _compose(
+        fmt_parsed=parsed,
+        answer=answer_text(parsed, config.answer_fallback),
+        ground_truth=ground_truth,
+        question_type=question_type,
+        config=config,
+        parseable=parseable_call(parsed),
+        responses=responses,
+        invalid=invalid,
+        attempts=attempts,
+        options=options,
+        question=question,
+        judge=judge,
+    )
+    if token_offsets is not None:
+        offsets = shift_offsets(token_offsets, len(prefix)) if prefix else list(token_offsets)
+        if out.degenerate is not None or config.anchoring == "sequence":
+            out.token_rewards = [0.0] * len(offsets)
+        else:
+            out.token_rewards = anchor_token_rewards(
+                parsed,
+                offsets,
+                lambda_anchor=config.lambda_anchor,
+                min_think_chars=config.min_think_chars,
+            )
+    return out
+
+
+def score_episode(
+    episode: Episode,
+    ground_truth: Any,
+    question_type: str | None = None,
+    config: RewardConfig | None = None,
+    *,
+    options: Options = None,
+    question: str = "",
+    judge: LLMJudge | None = None,
+) -> RewardBreakdown:
+    """Score a whole agent `Episode` (paravt.core.runtime) the way the reference scores a
+    multi-turn completion.
+
+    - accuracy: the final turn's answer (`episode.final`);
+    - format and anchoring: the main agent's turns joined into one transcript, parsed once;
+    - tool: a parseable call in any turn; "a tool response came back" means
+      `episode.tool_responses_ok > 0` (an executed call returned without error);
+    - penalty: call attempts that were not executed or failed, over all attempts.
+    Out: a `RewardBreakdown` (sequence-level; for token-level anchoring call
+    `anchor_token_rewards` on each turn's parsed response with that turn's token offsets).
+    """
+    config = config or _DEFAULT
+    if not episode.turns:
+        return RewardBreakdown(total=0.0, flags=["empty_episode"])
+    # turn.response already starts with the think prefix the runtime appended
+    transcript = parse_response("\n".join(t.response for t in episode.turns))
+    attempts = sum(len(t.calls) for t in episode.turns)
+    invalid = sum(1 for t in episode.turns for c in t.calls if not c.executed or c.error)
+    final = episode.final
+    return _compose(
+        fmt_parsed=transcript,
+        answer=answer_text(final, config.answer_fallback),
+        ground_truth=ground_truth,
+        question_type=question_type,
+        config=config,
+        parseable=any(parseable_call(t.parsed) for t in episode.turns),
+        responses=episode.tool_responses_ok,
+        invalid=invalid,
+        attempts=attempts,
+        options=options,
+        question=question,
+        judge=judge,
+    )
