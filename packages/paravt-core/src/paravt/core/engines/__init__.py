@@ -1,0 +1,39 @@
+"""Engines behind the `Engine` protocol of `paravt.core.runtime`.
+
+- `paravt.core.engines.hf.HFEngine` (extra `hf`): transformers, in-process, CPU or GPU; the default.
+- `paravt.core.engines.openai.OpenAIEngine` (extra `openai`): an OpenAI-compatible chat-completions
+  server (vLLM, SGLang), text in and text out.
+- `paravt.core.engines.sglang.SGLangEngine` (extra `sglang`): SGLang's offline engine with weight
+  sync for RL; not yet exercised on a GPU.
+- `paravt.core.engines.scripted.ScriptedTurns`: wraps any token engine and replaces chosen main-agent
+  turns with scripted text (demos and tests of a random model that never calls tools by itself).
+
+Importing this package is light: each engine imports its heavy dependencies when it is built.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from paravt.core.engines.hf import HFEngine
+    from paravt.core.engines.openai import OpenAIEngine
+    from paravt.core.engines.scripted import ScriptedTurns
+    from paravt.core.engines.sglang import SGLangEngine
+
+_LAZY = {
+    "HFEngine": "paravt.core.engines.hf",
+    "OpenAIEngine": "paravt.core.engines.openai",
+    "SGLangEngine": "paravt.core.engines.sglang",
+    "ScriptedTurns": "paravt.core.engines.scripted",
+}
+
+__all__ = ["HFEngine", "OpenAIEngine", "SGLangEngine", "ScriptedTurns"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'paravt.core.engines' has no attribute {name!r}")

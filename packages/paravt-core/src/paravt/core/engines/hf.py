@@ -1,0 +1,361 @@
+"""The transformers engine: in-process batched generation with per-token logprobs (extra `hf`).
+
+Prompts are tokenized through the processor's own chat template, once per piece: the first prompt,
+then after every generation a continuation (closing the assistant turn when the model did not,
+rendering the new messages, opening the next assistant turn). A trajectory's token ids are those
+pieces plus the generated ids as sampled, so training scores exactly what was generated.
+
+Images (numpy HWC/CHW uint8, torch uint8 (C, H, W) or PIL) are expanded to the right number of
+`<|image_pad|>` tokens by the processor; the processed pixels of each image are kept in
+`Encoded.media` as an `ImageChunk`, and one batched `model.generate` concatenates them in order.
+
+The engine holds a reference to its model (`engine.model`), never a copy: a trainer that passes its
+policy module shares the weights, and every optimizer step is seen by the next rollout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from paravt.core.protocol import ImagePart, Message
+from paravt.core.runtime import Encoded, Generated, SamplingParams, Trajectory
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+_MARKER = "\u2063PARAVT_TURN_MARKER\u2063"
+# Tokens the policy must never emit: a generated image placeholder has no pixels behind it and would
+# break the next turn's vision input.
+_VISION_TOKENS = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
+
+
+@dataclass
+class ImageChunk:
+    """One processed image: its patch rows of `pixel_values` and its `(t, h, w)` grid."""
+
+    pixel_values: torch.Tensor
+    grid_thw: torch.Tensor
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.grid_thw.prod().item())
+
+
+def to_image_tensor(image: Any) -> torch.Tensor:
+    """A frame as a uint8 (3, H, W) tensor. Accepts PIL images, numpy arrays (HWC or CHW) and
+    torch tensors (CHW or HWC), with 1 or 3 channels, dtype uint8."""
+    import numpy as np
+    import torch
+
+    if hasattr(image, "convert") and hasattr(image, "size"):  # PIL
+        image = np.asarray(image.convert("RGB"))
+    if isinstance(image, np.ndarray):
+        image = torch.from_numpy(np.ascontiguousarray(image))
+    if not isinstance(image, torch.Tensor):
+        raise TypeError(
+            f"image of type {type(image).__name__} is not supported: pass a PIL image, a numpy "
+            "array or a torch tensor of uint8 pixels"
+        )
+    if image.dtype != torch.uint8:
+        raise TypeError(
+            f"image dtype {image.dtype} is not supported: pass uint8 pixels (0-255), e.g. "
+            "(x * 255).round().to(torch.uint8)"
+        )
+    if image.ndim == 2:
+        image = image.unsqueeze(0)
+    if image.ndim != 3:
+        raise ValueError(f"image shape {tuple(image.shape)} is not (C, H, W) or (H, W, C)")
+    if image.shape[0] not in (1, 3) and image.shape[-1] in (1, 3):
+        image = image.permute(2, 0, 1)
+    if image.shape[0] == 1:
+        image = image.expand(3, -1, -1)
+    if image.shape[0] != 3:
+        raise ValueError(f"image shape {tuple(image.shape)} has no 1 or 3 channel axis")
+    return image.contiguous()
+
+
+def _hf_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Our messages as chat-template dicts (images become `{"type": "image"}` placeholders)."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if isinstance(m.content, str):
+            out.append({"role": m.role, "content": m.content})
+            continue
+        parts: list[dict[str, Any]] = []
+        for part in m.parts:
+            if isinstance(part, ImagePart):
+                parts.append({"type": "image"})
+            else:
+                parts.append({"type": "text", "text": part.text})
+        out.append({"role": m.role, "content": parts})
+    return out
+
+
+def _images(messages: Sequence[Message]) -> list[Any]:
+    return [img for m in messages for img in m.images]
+
+
+class HFEngine:
+    """The `Engine` of a transformers vision-language model (Qwen3-VL and relatives).
+
+    `model_or_path`: a loaded model (shared, not copied: training passes its policy) or a path
+    loadable by `AutoModelForImageTextToText`. `processor`: defaults to `AutoProcessor` from the
+    path (required when a model object is given). `device` and `dtype` apply when loading from a
+    path; a given model stays where it is.
+    """
+
+    def __init__(
+        self,
+        model_or_path: Any,
+        processor: Any = None,
+        *,
+        device: str = "cpu",
+        dtype: Any = None,
+    ) -> None:
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        if isinstance(model_or_path, (str, Path)):
+            path = str(model_or_path)
+            kwargs: dict[str, Any] = {} if dtype is None else {"dtype": dtype}
+            self.model = AutoModelForImageTextToText.from_pretrained(path, **kwargs).to(device)
+            self.processor = processor or AutoProcessor.from_pretrained(path)
+        else:
+            if processor is None:
+                raise ValueError(
+                    "HFEngine(model, processor=None): pass the processor that belongs to the "
+                    "model object, or pass a path instead of a model"
+                )
+            self.model = model_or_path
+            self.processor = processor
+        self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
+        template = getattr(self.processor, "chat_template", None) or getattr(
+            self.tokenizer, "chat_template", None
+        )
+        if not template:
+            raise ValueError(
+                "HFEngine: the processor and tokenizer have no chat template; save one with the "
+                "model (processor.chat_template = ...)"
+            )
+        self.chat_template: str = template
+        self._lock = threading.Lock()
+        self.image_token_id: int = self.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+        self.merge_size: int = int(getattr(self.processor.image_processor, "merge_size", 2))
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = eos if isinstance(eos, list) else ([eos] if eos is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            eos_ids = [*eos_ids, self.tokenizer.eos_token_id]
+        if not eos_ids:
+            raise ValueError("HFEngine: the model has no eos_token_id; set generation_config")
+        self.eos_token_ids: list[int] = list(dict.fromkeys(int(i) for i in eos_ids))
+        self.end_of_turn_id: int = self.eos_token_ids[0]
+        pad = self.tokenizer.pad_token_id
+        self.pad_token_id: int = int(pad) if pad is not None else self.end_of_turn_id
+        self._suppress = [
+            i
+            for i in (self.tokenizer.convert_tokens_to_ids(t) for t in _VISION_TOKENS)
+            if isinstance(i, int) and i >= 0 and i != self.tokenizer.unk_token_id
+        ]
+        # How the template closes an assistant turn, and what it renders before new messages.
+        self._base = [
+            {"role": "user", "content": "."},
+            {"role": "assistant", "content": _MARKER},
+        ]
+        self._base_text = self._render(self._base, add_generation_prompt=False)
+        cut = self._base_text.rfind(_MARKER)
+        if cut < 0:
+            raise ValueError("HFEngine: the chat template drops assistant content")
+        self.turn_suffix: str = self._base_text[cut + len(_MARKER) :]
+
+    # ----------------------------------------------------------------------------------- encoding
+
+    def _render(self, conversation: list[dict[str, Any]], *, add_generation_prompt: bool) -> str:
+        text = self.tokenizer.apply_chat_template(
+            conversation,
+            chat_template=self.chat_template,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+        )
+        return str(text)
+
+    def _encode_text(self, text: str, images: list[Any]) -> Encoded:
+        tensors = [to_image_tensor(img) for img in images]
+        batch = self.processor(
+            text=[text],
+            images=tensors or None,
+            return_tensors="pt",
+            add_special_tokens=False,
+        )
+        ids = batch["input_ids"][0].tolist()
+        media: list[Any] = []
+        if tensors:
+            grids = batch["image_grid_thw"]
+            rows = grids.prod(-1).tolist()
+            offset = 0
+            for grid, n in zip(grids, rows):
+                media.append(ImageChunk(batch["pixel_values"][offset : offset + n], grid.clone()))
+                offset += n
+        return Encoded(ids, media)
+
+    def encode_prompt(self, messages: Sequence[Message], *, assistant_prefix: str = "") -> Encoded:
+        """Token ids (and processed images) of a first prompt: the chat template rendering of
+        `messages`, the generation prompt, then `assistant_prefix`."""
+        text = self._render(_hf_messages(messages), add_generation_prompt=True) + assistant_prefix
+        return self._encode_text(text, _images(messages))
+
+    def continuation_text(
+        self, messages: Sequence[Message], *, previous: Generated, assistant_prefix: str = ""
+    ) -> str:
+        """The text `encode_continuation` tokenizes (useful to inspect the template's output)."""
+        full = self._render(self._base + _hf_messages(messages), add_generation_prompt=True)
+        if not full.startswith(self._base_text):
+            raise ValueError(
+                "HFEngine: the chat template renders earlier turns differently once more messages "
+                "follow; token-in token-out needs a template whose rendering only appends"
+            )
+        closing = self.turn_suffix
+        if previous.token_ids and previous.token_ids[-1] in self.eos_token_ids:
+            eos_text = self.tokenizer.convert_ids_to_tokens(previous.token_ids[-1])
+            if closing.startswith(eos_text):
+                closing = closing[len(eos_text) :]
+        return closing + full[len(self._base_text) :] + assistant_prefix
+
+    def encode_continuation(
+        self, messages: Sequence[Message], *, previous: Generated, assistant_prefix: str = ""
+    ) -> Encoded:
+        """What follows a generation: the end of the assistant turn (unless `previous` already
+        ended with the end-of-turn token), `messages` as the template renders them after an
+        assistant turn (no default system header), the generation prompt and `assistant_prefix`."""
+        text = self.continuation_text(
+            messages, previous=previous, assistant_prefix=assistant_prefix
+        )
+        return self._encode_text(text, _images(messages))
+
+    def encode_generation(self, text: str, *, end_turn: bool = True) -> Generated:
+        """`text` tokenized as if the model had generated it (plus the end-of-turn token when
+        `end_turn`); logprobs unknown. Scripted turns use it."""
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if end_turn:
+            ids = [*ids, self.end_of_turn_id]
+        return Generated(self.decode(ids), ids, None, "stop" if end_turn else "length")
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Generated ids as text: protocol tags kept, chat special tokens dropped."""
+        return str(
+            self.tokenizer.decode(
+                list(token_ids), skip_special_tokens=True, clean_up_tokenization_spaces=False
+            )
+        )
+
+    # --------------------------------------------------------------------------------- generation
+
+    async def generate(
+        self, trajectories: Sequence[Trajectory], sampling: SamplingParams
+    ) -> list[Generated]:
+        """Continue every trajectory once, in ONE batched `model.generate` (run in a thread)."""
+        if not trajectories:
+            return []
+        return await asyncio.to_thread(self.generate_sync, trajectories, sampling)
+
+    def generate_sync(
+        self, trajectories: Sequence[Trajectory], sampling: SamplingParams
+    ) -> list[Generated]:
+        """`generate` without an event loop."""
+        import torch
+
+        device = next(self.model.parameters()).device
+        rows: list[list[int]] = []
+        chunks: list[ImageChunk] = []
+        for n, traj in enumerate(trajectories):
+            if not traj.token_ids:
+                raise ValueError(f"trajectory {n} has no prompt tokens; encode a prompt first")
+            own = [c for c in traj.media if isinstance(c, ImageChunk)]
+            if len(own) != len(traj.media):
+                raise TypeError(
+                    f"trajectory {n} holds media that HFEngine did not encode; encode its prompt "
+                    "with this engine"
+                )
+            want = sum(c.num_tokens for c in own) // self.merge_size**2
+            have = sum(1 for t in traj.token_ids if t == self.image_token_id)
+            if want != have:
+                raise ValueError(
+                    f"trajectory {n} has {have} image tokens but its media need {want}; the "
+                    "token ids and media are out of step"
+                )
+            rows.append(traj.token_ids)
+            chunks.extend(own)
+        width = max(len(r) for r in rows)
+        input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):  # left padding: every row ends where generation starts
+            input_ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+            attention[i, width - len(r) :] = 1
+        inputs: dict[str, Any] = {
+            "input_ids": input_ids.to(device),
+            "attention_mask": attention.to(device),
+        }
+        if chunks:
+            dtype = next(self.model.parameters()).dtype
+            inputs["pixel_values"] = torch.cat([c.pixel_values for c in chunks]).to(device, dtype)
+            inputs["image_grid_thw"] = torch.stack([c.grid_thw for c in chunks]).to(device)
+            inputs["mm_token_type_ids"] = (input_ids == self.image_token_id).int().to(device)
+
+        greedy = sampling.temperature == 0.0
+        gen_kwargs: dict[str, Any] = {
+            "max_new_tokens": sampling.max_new_tokens,
+            "do_sample": not greedy,
+            "eos_token_id": self.eos_token_ids,
+            "pad_token_id": self.pad_token_id,
+            "suppress_tokens": self._suppress or None,
+            "output_logits": True,
+            "return_dict_in_generate": True,
+        }
+        if greedy:
+            gen_kwargs.update(temperature=None, top_p=None, top_k=None)
+        else:
+            gen_kwargs.update(
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                top_k=sampling.top_k or None,
+            )
+        with self._lock, torch.random.fork_rng(devices=[] if device.type == "cpu" else [device]):
+            if sampling.seed is not None:
+                torch.manual_seed(sampling.seed)
+            was_training = self.model.training
+            self.model.eval()
+            try:
+                with torch.inference_mode():
+                    out = self.model.generate(**inputs, **gen_kwargs)
+            finally:
+                self.model.train(was_training)
+
+        new = out.sequences[:, width:].cpu()
+        temperature = 1.0 if greedy else sampling.temperature
+        # Logprob of each sampled token under the raw logits / temperature (before top-p/top-k or
+        # suppression), the quantity a trainer recomputes from the same model.
+        steps = torch.stack([lg.float() for lg in out.logits], dim=1).cpu()  # (B, T, V)
+        logprobs = torch.log_softmax(steps / temperature, dim=-1)
+        picked = logprobs.gather(-1, new[:, : steps.shape[1], None]).squeeze(-1)
+        eos = torch.tensor(self.eos_token_ids)
+        results: list[Generated] = []
+        for i in range(len(rows)):
+            ids = new[i].tolist()
+            hits = torch.isin(new[i], eos).nonzero()
+            if len(hits):
+                end, reason = int(hits[0]) + 1, "stop"
+            else:
+                end, reason = len(ids), "length"
+            ids = ids[:end]
+            results.append(
+                Generated(
+                    text=self.decode(ids),
+                    token_ids=ids,
+                    logprobs=picked[i, :end].tolist(),
+                    finish_reason=reason,  # type: ignore[arg-type]
+                )
+            )
+        return results
