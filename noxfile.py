@@ -17,7 +17,22 @@ LIGHT_PACKAGES = ["paravt-core", "paravt-rewards"]  # must install and import wi
 # The CPU stack verified in ../shared/docs/ENVIRONMENT.md (torch 2.13 has no working torchvision).
 CPU_STACK = ["torch==2.14.1", "torchvision==0.29.1", "torchcodec==0.17.0"]
 EDITABLE_EXTRAS = {"paravt-core": "[hf,openai]"}
-TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3"]
+# Release tooling (tools/release.py): build, check, upload. hatchling allows --no-isolation builds.
+RELEASE_TOOLS = [
+    "build>=1.2",
+    "twine>=5",
+    "packaging>=24",
+    "hatchling>=1.24",
+    "tomli>=2; python_version<'3.11'",
+]
+# tests/ (workspace-level) drives tools/release.py and `nox -s release` in a temporary repo copy.
+TEST_TOOLS = [
+    "pytest>=8",
+    "hypothesis>=6.100",
+    "pytest-timeout>=2.3",
+    "nox>=2024.10.9",
+    *RELEASE_TOOLS,
+]
 
 nox.options.default_venv_backend = "venv"
 nox.options.sessions = ["tests", "lint", "typecheck"]
@@ -37,7 +52,7 @@ def tests(session: nox.Session) -> None:
     """Run every package's tests in one venv (pass pytest arguments after `--`)."""
     _install_workspace(session)
     session.install(*TEST_TOOLS)
-    session.run("pytest", *(session.posargs or ["packages"]))
+    session.run("pytest", *(session.posargs or ["packages", "tests"]))
 
 
 @nox.session
@@ -75,6 +90,33 @@ def _build(session: nox.Session, packages: list[str]) -> None:
 def build(session: nox.Session) -> None:
     """Wheel + sdist of every package into dist/ (checked with twine)."""
     _build(session, PACKAGES)
+
+
+@nox.session
+def release(session: nox.Session) -> None:
+    """Release one package: `nox -s release -- <package> <version> [--publish]`.
+
+    Refuses a dirty tree, a non-increasing version or an empty Unreleased changelog section; bumps,
+    dates the changelog, builds and checks that package only (twine check, fresh-venv install with
+    sibling wheels built from the tree, import, smallest example), commits and tags
+    `<package>-v<version>`. See tools/release.py.
+    """
+    if len(session.posargs) < 2:
+        session.error("usage: nox -s release -- <package> <version> [--publish] [--no-isolation]")
+    session.install(*RELEASE_TOOLS)
+    session.run("python", str(ROOT / "tools" / "release.py"), "release", *session.posargs)
+
+
+@nox.session
+def publish(session: nox.Session) -> None:
+    """Upload dist/'s files of a released package: `nox -s publish -- <package>`.
+
+    Credentials come from the environment only: TWINE_API_KEY, or TWINE_USERNAME + TWINE_PASSWORD.
+    """
+    if len(session.posargs) != 1:
+        session.error("usage: nox -s publish -- <package>")
+    session.install(*RELEASE_TOOLS)
+    session.run("python", str(ROOT / "tools" / "release.py"), "publish", *session.posargs)
 
 
 @nox.session

@@ -1,0 +1,107 @@
+"""Workspace-level fixtures: the release tool (tools/release.py) and throwaway copies of the repo."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# What a release needs from the workspace; caches, builds and venvs are left behind.
+_COPIED = ["noxfile.py", "pyproject.toml", ".gitignore", "tools", "packages"]
+_IGNORED = shutil.ignore_patterns(
+    "__pycache__", "*.pyc", "*.egg-info", ".pytest_cache", ".hypothesis", "dist", "build", ".nox"
+)
+
+
+@pytest.fixture(scope="session")
+def release_tool() -> ModuleType:
+    """tools/release.py imported as a module (it is workspace tooling, not a package)."""
+    name = "paravt_release_tool"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "release.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _git(repo: Path, *args: str) -> str:
+    """Run git in repo and return its stdout (raises on failure)."""
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+    ).stdout
+
+
+def _copy_workspace(dest: Path) -> Path:
+    """Copy the working tree's release-relevant files to dest as a fresh one-commit git repo."""
+    dest.mkdir(parents=True)
+    for name in _COPIED:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=_IGNORED)
+        else:
+            shutil.copy2(src, dest / name)
+    _git(dest, "init", "--quiet", "--initial-branch", "main")
+    _git(dest, "config", "user.name", "Release Test")
+    _git(dest, "config", "user.email", "release-test@example.invalid")
+    _git(dest, "config", "commit.gpgsign", "false")
+    _git(dest, "config", "tag.gpgsign", "false")
+    _git(dest, "add", "--all")
+    _git(dest, "commit", "--quiet", "-m", "Workspace copy")
+    return dest
+
+
+def _subprocess_env() -> dict[str, str]:
+    """os.environ without twine credentials or the calling venv, for release subprocesses."""
+    drop = ("VIRTUAL_ENV", "PYTHONPATH", "TWINE_API_KEY", "TWINE_USERNAME", "TWINE_PASSWORD")
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+@pytest.fixture(scope="session")
+def git() -> Callable[..., str]:
+    """git(repo, *args) -> stdout."""
+    return _git
+
+
+@pytest.fixture(scope="session")
+def copy_workspace() -> Callable[[Path], Path]:
+    """copy_workspace(dest) -> dest: the working tree's packages, tools and noxfile as a new repo."""
+    return _copy_workspace
+
+
+@pytest.fixture(scope="session")
+def subprocess_env() -> Callable[[], dict[str, str]]:
+    """subprocess_env() -> os.environ without twine credentials or the calling venv."""
+    return _subprocess_env
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A clean git repository holding a copy of the workspace (never the real repo)."""
+    return _copy_workspace(tmp_path / "repo")
+
+
+@pytest.fixture(scope="session")
+def run_tool() -> Callable[..., subprocess.CompletedProcess]:
+    """Run `python tools/release.py --root <repo> <args>` (the repo copy's own tool)."""
+
+    def run(repo: Path, *args: str, env: dict[str, str] | None = None):
+        return subprocess.run(
+            [sys.executable, str(repo / "tools" / "release.py"), "--root", str(repo), *args],
+            capture_output=True,
+            text=True,
+            env=_subprocess_env() if env is None else env,
+            timeout=600,
+        )
+
+    return run
