@@ -1,0 +1,190 @@
+"""`--model paravt` for lmms-eval: the ParaVT agent (overview + parallel crop_video) as a chat model.
+
+lmms-eval hands a chat model requests whose arguments are
+`(context, doc_to_messages, gen_kwargs, doc_id, task, split)`; `doc_to_messages(doc)` gives the
+chat messages of the benchmark sample (a `video` part with the sample's path and a `text` part with
+the question, options and the task's answer instruction). For each sample this model runs the agent
+on that video and returns the final answer text for the task's own scorer. The agent protocol
+(turns, calls per turn, 2048 new tokens, greedy) comes from the model arguments, not from the
+task's `generation_kwargs` (which ask for a handful of tokens for direct answering).
+
+Per-sample traces go to a JSONL file beside lmms-eval's results (see `default_trace_path`), plus a
+`.summary.json` with `avg_tool_calls`, `tool_usage_rate` and the errored count per task.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from lmms_eval.api.instance import Instance
+from lmms_eval.api.model import lmms
+from loguru import logger
+from tqdm import tqdm
+
+from paravt.eval.agent import EvalAgent, VideoQuestion, options_from
+from paravt.eval.config import EvalConfig, parse_eval_config
+from paravt.eval.metrics import record_trace
+from paravt.eval.traces import SampleTrace, TraceWriter
+
+
+def _cli_flags(argv: list[str]) -> tuple[str | None, str]:
+    """`--output_path` and `--model_args` of the running lmms-eval command line, if any."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--output_path", default=None)
+    parser.add_argument("--model_args", default="")
+    known, _ = parser.parse_known_args(argv)
+    return known.output_path, known.model_args or ""
+
+
+def default_trace_path(config: EvalConfig, argv: list[str] | None = None) -> Path:
+    """Where traces go.
+
+    `traces=FILE.jsonl` is used as is; `traces=DIR` gets a time-stamped file inside. Otherwise,
+    under the lmms-eval CLI with `--output_path OUT`, the file sits beside the results JSON
+    (`OUT/<model name as lmms-eval sanitizes it>/<time>_paravt_traces.jsonl`); without one, in
+    `./paravt_traces/`.
+    """
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    if config.traces:
+        target = Path(config.traces).expanduser()
+        if target.suffix == ".jsonl":
+            return target
+        return target / f"{stamp}_paravt_traces.jsonl"
+    output_path, model_args = _cli_flags(sys.argv[1:] if argv is None else argv)
+    if output_path:
+        from lmms_eval.loggers.evaluation_tracker import GeneralConfigTracker
+        from lmms_eval.utils import sanitize_model_name
+
+        name = sanitize_model_name(GeneralConfigTracker._get_model_name(model_args))
+        return Path(output_path) / name / f"{stamp}_paravt_traces.jsonl"
+    return Path("paravt_traces") / f"{stamp}_{config.model_name}.jsonl"
+
+
+def _video_of(content: Any) -> str | None:
+    url = content.get("url") if isinstance(content, dict) else None
+    if isinstance(url, dict):  # {"video": path, "video_start": ...} style entries
+        url = url.get("video") or url.get("url") or url.get("path")
+    return str(url) if url else None
+
+
+def sample_from_messages(
+    messages: list[dict[str, Any]], *, task: str, doc_id: int, doc: dict[str, Any]
+) -> VideoQuestion:
+    """The video and question of one lmms-eval chat request.
+
+    The video is the sample's own (its first `video` part); the question is the text of the user
+    turns, in order. Raises `ValueError` when the sample has no video.
+    """
+    videos: list[str] = []
+    texts: list[str] = []
+    for message in messages:
+        if message.get("role") not in ("user", "system"):
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            texts.append(content)
+            continue
+        for part in content or []:
+            kind = part.get("type")
+            if kind == "text":
+                texts.append(str(part.get("text", "")))
+            elif kind == "video":
+                video = _video_of(part)
+                if video:
+                    videos.append(video)
+    if not videos:
+        raise ValueError(
+            f"{task} doc {doc_id}: the sample has no video part; the paravt model evaluates video "
+            "tasks (doc_to_visual must return the video path)"
+        )
+    question = "\n".join(t.strip() for t in texts if t.strip())
+    return VideoQuestion(
+        key=f"{task}/{doc_id}",
+        video=videos[0],
+        question=question,
+        options=options_from(doc.get("paravt_options")),
+        task=task,
+        doc_id=doc_id,
+    )
+
+
+class ParaVT(lmms):
+    """The ParaVT agent as an lmms-eval chat model. Arguments: see `paravt.eval.config.EvalConfig`."""
+
+    is_simple = False
+
+    def __init__(
+        self,
+        batch_size: int | str = 1,
+        max_batch_size: int | None = None,
+        device: str | None = None,
+        **model_args: Any,
+    ) -> None:
+        super().__init__()
+        values = dict(model_args)
+        values.setdefault("batch_size", int(batch_size) if str(batch_size).isdigit() else 1)
+        if device:
+            values.setdefault("device", device)
+        self.config = parse_eval_config(values)
+        self.agent = EvalAgent(self.config)
+        self.trace_path = default_trace_path(self.config)
+        self.writer = TraceWriter(self.trace_path)
+        self.batch_size = self.config.batch_size
+        self.device = self.config.device
+        logger.info(f"paravt: traces go to {self.trace_path}")
+
+    def generate_until(self, requests: list[Instance]) -> list[str]:
+        """Run the agent on every request's video and question; return the answers, in order."""
+        answers: list[str] = []
+        pbar = tqdm(total=len(requests), disable=self.rank != 0, desc="paravt agent")
+        for start in range(0, len(requests), self.batch_size):
+            chunk = requests[start : start + self.batch_size]
+            samples: list[VideoQuestion] = []
+            docs: list[dict[str, Any]] = []
+            traces: list[SampleTrace | None] = []
+            for req in chunk:
+                _, doc_to_messages, _, doc_id, task, split = req.args
+                doc = self.task_dict[task][split][doc_id]
+                docs.append(doc)
+                try:
+                    messages = doc_to_messages(doc)
+                    samples.append(sample_from_messages(messages, task=task, doc_id=doc_id, doc=doc))
+                    traces.append(None)
+                except Exception as exc:
+                    traces.append(
+                        SampleTrace(
+                            task=task,
+                            doc_id=doc_id,
+                            video=None,
+                            question="",
+                            response="",
+                            error=f"unreadable request: {type(exc).__name__}: {exc}",
+                        )
+                    )
+            ran = iter(self.agent.run(samples))
+            done = [t if t is not None else next(ran) for t in traces]
+            for doc, trace in zip(docs, done):
+                record_trace(doc, trace)
+                if trace.error:
+                    logger.warning(f"paravt: {trace.task} doc {trace.doc_id} errored: {trace.error}")
+                answers.append(trace.response)
+            self.writer.write(done)
+            pbar.update(len(chunk))
+        pbar.close()
+        return answers
+
+    def generate_until_multi_round(self, requests: list[Instance]) -> list[str]:
+        raise NotImplementedError(
+            "paravt runs its own multi-turn agent loop inside generate_until; multi-round tasks "
+            "(output_type generate_until_multi_round) are not supported"
+        )
+
+    def loglikelihood(self, requests: list[Instance]) -> list[tuple[float, bool]]:
+        raise NotImplementedError(
+            "paravt is a generative agent; loglikelihood tasks (multiple_choice output_type) are "
+            "not supported. Use the generate_until variant of the task."
+        )

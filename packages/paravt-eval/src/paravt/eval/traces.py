@@ -1,0 +1,172 @@
+"""Per-sample traces: what the agent thought, which windows it cropped, what came back, the answer.
+
+One JSON object per sample (`SampleTrace.to_json()`); `TraceWriter` appends them to a JSONL file and
+keeps per-task tallies (samples, tool calls, samples that used a tool, errored samples) that it
+writes to a `*.summary.json` beside the traces.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from paravt.core import Episode
+
+
+@dataclass
+class SampleTrace:
+    """One evaluated sample. `error` is set when the sample could not be run at all."""
+
+    task: str
+    doc_id: int | str
+    video: str | None
+    question: str
+    response: str  # what is handed to the benchmark's scorer (the answer, or the last response)
+    answer: str | None = None
+    overview_frames: int = 0
+    duration_s: float | None = None
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    num_tool_calls: int = 0  # executed valid calls, all turns
+    num_call_attempts: int = 0
+    num_tool_errors: int = 0
+    forced_answer: bool = False
+    prepare_s: float = 0.0  # probing and decoding the overview
+    total_s: float = 0.0  # the agent episode
+    error: str | None = None
+
+    @property
+    def used_tool(self) -> bool:
+        return self.num_tool_calls > 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def turns_of(episode: Episode) -> list[dict[str, Any]]:
+    """The turns of an episode as plain data: think, calls with windows, summaries, timings."""
+    out = []
+    for t in episode.turns:
+        calls = []
+        for c in t.calls:
+            calls.append(
+                {
+                    "index": c.index,
+                    "name": c.name,
+                    "arguments": c.arguments,
+                    "executed": c.executed,
+                    "window_s": list(c.window_s) if c.window_s else None,
+                    "num_frames": c.num_frames,
+                    "error": c.error,
+                    "note": c.note,
+                    "summary": c.summary,
+                }
+            )
+        out.append(
+            {
+                "turn": t.turn,
+                "think": t.parsed.think,
+                "answer": t.parsed.answer,
+                "response": t.response,
+                "finish_reason": t.finish_reason,
+                "num_tokens": t.num_tokens,
+                "issues": [i.message for i in t.parsed.issues],
+                "calls": calls,
+                "generate_s": round(t.generate_s, 4),
+                "tools_s": round(t.tools_s, 4),
+                "subagent_s": round(t.subagent_s, 4),
+            }
+        )
+    return out
+
+
+def response_of(episode: Episode) -> str:
+    """What a benchmark scores: the final answer, or the last response when there is no answer."""
+    if episode.answer is not None:
+        return episode.answer
+    return episode.turns[-1].response if episode.turns else ""
+
+
+def trace_from_episode(
+    episode: Episode,
+    *,
+    task: str,
+    doc_id: int | str,
+    video: str | None,
+    question: str,
+    overview_frames: int,
+    duration_s: float | None,
+    prepare_s: float = 0.0,
+) -> SampleTrace:
+    return SampleTrace(
+        task=task,
+        doc_id=doc_id,
+        video=video,
+        question=question,
+        response=response_of(episode),
+        answer=episode.answer,
+        overview_frames=overview_frames,
+        duration_s=duration_s,
+        turns=turns_of(episode),
+        num_tool_calls=episode.num_tool_calls,
+        num_call_attempts=episode.num_call_attempts,
+        num_tool_errors=episode.num_tool_errors,
+        forced_answer=episode.forced_answer,
+        prepare_s=round(prepare_s, 4),
+        total_s=round(episode.total_s, 4),
+    )
+
+
+@dataclass
+class TaskTally:
+    samples: int = 0
+    tool_calls: int = 0
+    used_tool: int = 0
+    errored: int = 0
+
+    def add(self, trace: SampleTrace) -> None:
+        self.samples += 1
+        self.tool_calls += trace.num_tool_calls
+        self.used_tool += int(trace.used_tool)
+        self.errored += int(trace.error is not None)
+
+    def to_json(self) -> dict[str, Any]:
+        n = self.samples
+        return {
+            "samples": n,
+            "avg_tool_calls": self.tool_calls / n if n else 0.0,
+            "tool_usage_rate": self.used_tool / n if n else 0.0,
+            "errored": self.errored,
+        }
+
+
+class TraceWriter:
+    """Appends traces to `path` (JSONL) and keeps `path.with_suffix('.summary.json')` current."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.summary_path = self.path.with_name(self.path.stem + ".summary.json")
+        self.tallies: dict[str, TaskTally] = {}
+        self._lock = threading.Lock()
+
+    def write(self, traces: list[SampleTrace]) -> None:
+        with self._lock:
+            with self.path.open("a", encoding="utf-8") as f:
+                for trace in traces:
+                    f.write(json.dumps(trace.to_json(), ensure_ascii=False, default=str) + "\n")
+                    self.tallies.setdefault(trace.task, TaskTally()).add(trace)
+            summary = {task: t.to_json() for task, t in sorted(self.tallies.items())}
+            self.summary_path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+
+
+def read_traces(path: str | Path) -> list[dict[str, Any]]:
+    """Every trace of a JSONL file, in order."""
+    out = []
+    with Path(path).open(encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                out.append(json.loads(line))
+    return out
