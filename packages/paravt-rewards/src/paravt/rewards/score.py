@@ -165,15 +165,21 @@ def _compose(
         fmt = min(1.0, max(0.0, terms.base + config.lambda_anchor * anchor))
     tool = tool_reward(parseable, responses > 0, acc) if config.tool_reward else 0.0
     penalty = penalty_fraction(invalid, attempts)
-    breakdown.accuracy, breakdown.format, breakdown.base_format = acc, fmt, terms.base
-    breakdown.anchor, breakdown.tool, breakdown.penalty = anchor, tool, penalty
-    breakdown.total = (
+    total = (
         config.accuracy_weight * acc
         + config.format_weight * fmt
         + config.tool_weight * tool
         - config.gamma * penalty
     )
+    # rounded so that 0.2 + 0.5 + 0.1 logs as 0.8 (the terms are sums of tenths)
+    breakdown.accuracy, breakdown.format = _r(acc), _r(fmt)
+    breakdown.base_format, breakdown.anchor = _r(terms.base), _r(anchor)
+    breakdown.tool, breakdown.penalty, breakdown.total = _r(tool), _r(penalty), _r(total)
     return breakdown
+
+
+def _r(x: float) -> float:
+    return round(x, 10)
 
 
 def score(
