@@ -55,7 +55,8 @@ def to_image_tensor(image: Any) -> torch.Tensor:
     if hasattr(image, "convert") and hasattr(image, "size"):  # PIL
         image = np.asarray(image.convert("RGB"))
     if isinstance(image, np.ndarray):
-        image = torch.from_numpy(np.ascontiguousarray(image))
+        array = np.ascontiguousarray(image)
+        image = torch.from_numpy(array if array.flags.writeable else array.copy())
     if not isinstance(image, torch.Tensor):
         raise TypeError(
             f"image of type {type(image).__name__} is not supported: pass a PIL image, a numpy "
