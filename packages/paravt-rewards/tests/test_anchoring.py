@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import pytest
+
+from paravt.core import parse_response
+from paravt.rewards import (
+    RewardConfig,
+    anchor_token_rewards,
+    score,
+    structural_token_positions,
+)
+
+CALL = '<tool_call>{"name": "crop_video", "arguments": {"start_time": 1, "end_time": 9}}</tool_call>'
+
+
+def tokenize(text: str) -> tuple[list[str], list[tuple[int, int]]]:
+    """Tags are single tokens; everything else one token per 4 characters."""
+    tokens, offsets, i = [], [], 0
+    tags = ["<think>", "</think>", "<answer>", "</answer>", "<tool_call>", "</tool_call>"]
+    while i < len(text):
+        tag = next((t for t in tags if text.startswith(t, i)), None)
+        end = i + len(tag) if tag else min(len(text), i + 4)
+        if not tag:
+            nxt = [text.find(t, i) for t in tags]
+            nxt = [p for p in nxt if p != -1]
+            end = min([end, *nxt])
+        tokens.append(text[i:end])
+        offsets.append((i, end))
+        i = end
+    return tokens, offsets
+
+
+def test_anchor_credit_lands_only_on_structural_tokens() -> None:
+    text = "<think>I check the clip.</think>" + CALL + "<answer>B</answer>"
+    tokens, offsets = tokenize(text)
+    vec = anchor_token_rewards(parse_response(text), offsets, lambda_anchor=0.5)
+    credited = {tokens[i]: v for i, v in enumerate(vec) if v}
+    # closure 0.4*0.5 on </think>; flow 0.3*0.5 split over </think>, <answer>, </answer>
+    assert credited == pytest.approx({"</think>": 0.2 + 0.05, "<answer>": 0.05, "</answer>": 0.05})
+    body_start = text.index("<tool_call>") + len("<tool_call>")
+    body_end = text.index("</tool_call>")
+    call_tokens = [i for i, (s, e) in enumerate(offsets) if s >= body_start and e <= body_end]
+    assert len(call_tokens) > 10 and all(vec[i] == 0 for i in call_tokens)
+
+
+def test_the_vector_sums_to_the_sequence_level_anchor() -> None:
+    text = "<think>I check the clip.</think><answer>B</answer>"
+    _, offsets = tokenize(text)
+    r = score(text, "B", "mcq", RewardConfig.paragrpo(anchoring="token"), token_offsets=offsets)
+    assert r.token_rewards is not None
+    assert sum(r.token_rewards) == pytest.approx(0.5 * 0.7)
+
+
+def test_token_form_leaves_the_anchor_out_of_the_scalar_format_reward() -> None:
+    text = "<think>I check the clip.</think><answer></answer>"
+    seq = score(text, "B", "mcq", RewardConfig.paragrpo())
+    tok = score(text, "B", "mcq", RewardConfig.paragrpo(anchoring="token"))
+    assert seq.format == pytest.approx(0.3 + 0.2)
+    assert tok.format == pytest.approx(0.3)
+
+
+def test_an_unclosed_think_is_penalised_on_its_opening_tag() -> None:
+    text = "<think>I check the clip and keep going"
+    tokens, offsets = tokenize(text)
+    vec = anchor_token_rewards(parse_response(text), offsets, lambda_anchor=0.5)
+    assert vec[0] == pytest.approx(-0.15) and tokens[0] == "<think>"
+    assert all(v == 0 for v in vec[1:])
+
+
+def test_a_tag_outside_the_completion_tokens_puts_its_credit_on_the_last_token() -> None:
+    # the <think> of the think prefix sits in the prompt: offsets start after it
+    text = "<think>\nI check the clip and keep going"
+    _, offsets = tokenize(text[len("<think>") :])
+    shifted = [(s + 7, e + 7) for s, e in offsets]
+    vec = anchor_token_rewards(parse_response(text), shifted, lambda_anchor=0.5)
+    assert vec[-1] == pytest.approx(-0.15) and sum(vec) == pytest.approx(-0.15)
+
+
+def test_structural_positions_cover_every_tag_including_tool_call_brackets() -> None:
+    text = "<think>I check the clip.</think>" + CALL + "<answer>B</answer>"
+    tokens, offsets = tokenize(text)
+    positions = structural_token_positions(parse_response(text), offsets)
+    assert [tokens[i] for i in positions] == [
+        "<think>", "</think>", "<tool_call>", "</tool_call>", "<answer>", "</answer>"
+    ]  # fmt: skip
+
+
+def test_tokens_that_straddle_a_tag_are_counted_as_structural() -> None:
+    text = "<think>abc</think>"
+    offsets = [(0, 9), (9, 18)]  # "<think>ab", "c</think>"
+    assert structural_token_positions(parse_response(text), offsets) == [0, 1]
+
+
+def test_sequence_form_with_offsets_returns_a_zero_vector() -> None:
+    text = "<think>I check the clip.</think><answer>B</answer>"
+    _, offsets = tokenize(text)
+    r = score(text, "B", "mcq", RewardConfig.paragrpo(), token_offsets=offsets)
+    assert r.token_rewards == [0.0] * len(offsets)
