@@ -14,11 +14,8 @@ from types import ModuleType
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# What a release needs from the workspace; caches, builds and venvs are left behind.
+# What a release needs from the workspace (git's view of it: tracked and untracked, not ignored).
 _COPIED = ["noxfile.py", "pyproject.toml", ".gitignore", "tools", "packages"]
-_IGNORED = shutil.ignore_patterns(
-    "__pycache__", "*.pyc", "*.egg-info", ".pytest_cache", ".hypothesis", "dist", "build", ".nox"
-)
 
 
 @pytest.fixture(scope="session")
@@ -45,12 +42,12 @@ def _git(repo: Path, *args: str) -> str:
 def _copy_workspace(dest: Path) -> Path:
     """Copy the working tree's release-relevant files to dest as a fresh one-commit git repo."""
     dest.mkdir(parents=True)
-    for name in _COPIED:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=_IGNORED)
-        else:
-            shutil.copy2(src, dest / name)
+    listed = _git(ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard", *_COPIED)
+    for rel in sorted(set(filter(None, listed.split("\0")))):
+        src = ROOT / rel
+        if src.is_file():  # a tracked file deleted in the working tree is not copied
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
     _git(dest, "init", "--quiet", "--initial-branch", "main")
     _git(dest, "config", "user.name", "Release Test")
     _git(dest, "config", "user.email", "release-test@example.invalid")
