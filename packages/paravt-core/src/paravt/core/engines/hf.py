@@ -40,6 +40,7 @@ class ImageChunk:
 
     pixel_values: torch.Tensor
     grid_thw: torch.Tensor
+    image: torch.Tensor | None = None  # the uint8 (3, H, W) frame, when the encoder keeps it
 
     @property
     def num_tokens(self) -> int:
@@ -101,66 +102,46 @@ def _images(messages: Sequence[Message]) -> list[Any]:
     return [img for m in messages for img in m.images]
 
 
-class HFEngine:
-    """The `Engine` of a transformers vision-language model (Qwen3-VL and relatives).
+class HFChatEncoder:
+    """Tokenization through a processor's own chat template (no model needed).
 
-    `model_or_path`: a loaded model (shared, not copied: training passes its policy) or a path
-    loadable by `AutoModelForImageTextToText`. `processor`: defaults to `AutoProcessor` from the
-    path (required when a model object is given). `device` and `dtype` apply when loading from a
-    path; a given model stays where it is.
+    `processor`: a transformers processor (or a bare tokenizer for text-only use) with a chat
+    template. `eos_token_ids`: the ids that end a generation (first = end of turn); defaults to the
+    tokenizer's eos. `keep_images`: also keep each frame's uint8 tensor in its `ImageChunk`
+    (engines that send raw images, such as SGLang, need them).
     """
 
     def __init__(
         self,
-        model_or_path: Any,
-        processor: Any = None,
+        processor: Any,
         *,
-        device: str = "cpu",
-        dtype: Any = None,
+        eos_token_ids: Sequence[int] | None = None,
+        keep_images: bool = False,
     ) -> None:
-        from transformers import AutoModelForImageTextToText, AutoProcessor
-
-        if isinstance(model_or_path, (str, Path)):
-            path = str(model_or_path)
-            kwargs: dict[str, Any] = {} if dtype is None else {"dtype": dtype}
-            self.model = AutoModelForImageTextToText.from_pretrained(path, **kwargs).to(device)
-            self.processor = processor or AutoProcessor.from_pretrained(path)
-        else:
-            if processor is None:
-                raise ValueError(
-                    "HFEngine(model, processor=None): pass the processor that belongs to the "
-                    "model object, or pass a path instead of a model"
-                )
-            self.model = model_or_path
-            self.processor = processor
-        self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
-        template = getattr(self.processor, "chat_template", None) or getattr(
+        self.processor = processor
+        self.keep_images = keep_images
+        self.tokenizer = getattr(processor, "tokenizer", processor)
+        template = getattr(processor, "chat_template", None) or getattr(
             self.tokenizer, "chat_template", None
         )
         if not template:
             raise ValueError(
-                "HFEngine: the processor and tokenizer have no chat template; save one with the "
-                "model (processor.chat_template = ...)"
+                "the processor and tokenizer have no chat template; save one with the model "
+                "(processor.chat_template = ...)"
             )
         self.chat_template: str = template
-        self._lock = threading.Lock()
         self.image_token_id: int = self.tokenizer.convert_tokens_to_ids("<|image_pad|>")
-        self.merge_size: int = int(getattr(self.processor.image_processor, "merge_size", 2))
-        eos = self.model.generation_config.eos_token_id
-        eos_ids = eos if isinstance(eos, list) else ([eos] if eos is not None else [])
+        image_processor = getattr(processor, "image_processor", None)
+        self.merge_size: int = int(getattr(image_processor, "merge_size", 2))
+        eos_ids = list(eos_token_ids or [])
         if self.tokenizer.eos_token_id is not None:
-            eos_ids = [*eos_ids, self.tokenizer.eos_token_id]
+            eos_ids.append(self.tokenizer.eos_token_id)
         if not eos_ids:
-            raise ValueError("HFEngine: the model has no eos_token_id; set generation_config")
+            raise ValueError("no eos token: pass eos_token_ids or use a tokenizer with eos_token")
         self.eos_token_ids: list[int] = list(dict.fromkeys(int(i) for i in eos_ids))
         self.end_of_turn_id: int = self.eos_token_ids[0]
         pad = self.tokenizer.pad_token_id
         self.pad_token_id: int = int(pad) if pad is not None else self.end_of_turn_id
-        self._suppress = [
-            i
-            for i in (self.tokenizer.convert_tokens_to_ids(t) for t in _VISION_TOKENS)
-            if isinstance(i, int) and i >= 0 and i != self.tokenizer.unk_token_id
-        ]
         # How the template closes an assistant turn, and what it renders before new messages.
         self._base = [
             {"role": "user", "content": "."},
@@ -169,7 +150,7 @@ class HFEngine:
         self._base_text = self._render(self._base, add_generation_prompt=False)
         cut = self._base_text.rfind(_MARKER)
         if cut < 0:
-            raise ValueError("HFEngine: the chat template drops assistant content")
+            raise ValueError("the chat template drops assistant content")
         self.turn_suffix: str = self._base_text[cut + len(_MARKER) :]
 
     # ----------------------------------------------------------------------------------- encoding
@@ -198,7 +179,10 @@ class HFEngine:
             rows = grids.prod(-1).tolist()
             offset = 0
             for grid, n in zip(grids, rows):
-                media.append(ImageChunk(batch["pixel_values"][offset : offset + n], grid.clone()))
+                source = tensors[len(media)] if self.keep_images else None
+                media.append(
+                    ImageChunk(batch["pixel_values"][offset : offset + n], grid.clone(), source)
+                )
                 offset += n
         return Encoded(ids, media)
 
@@ -215,7 +199,7 @@ class HFEngine:
         full = self._render(self._base + _hf_messages(messages), add_generation_prompt=True)
         if not full.startswith(self._base_text):
             raise ValueError(
-                "HFEngine: the chat template renders earlier turns differently once more messages "
+                "the chat template renders earlier turns differently once more messages "
                 "follow; token-in token-out needs a template whose rendering only appends"
             )
         closing = self.turn_suffix
@@ -252,6 +236,69 @@ class HFEngine:
             )
         )
 
+    # ------------------------------------------------------------------------------- validation
+
+    def image_chunks(self, trajectory: Trajectory, n: int = 0) -> list[ImageChunk]:
+        """The trajectory's media, checked against its image tokens."""
+        if not trajectory.token_ids:
+            raise ValueError(f"trajectory {n} has no prompt tokens; encode a prompt first")
+        own = [c for c in trajectory.media if isinstance(c, ImageChunk)]
+        if len(own) != len(trajectory.media):
+            raise TypeError(
+                f"trajectory {n} holds media that this engine did not encode; encode its prompt "
+                "with this engine"
+            )
+        want = sum(c.num_tokens for c in own) // self.merge_size**2
+        have = sum(1 for t in trajectory.token_ids if t == self.image_token_id)
+        if want != have:
+            raise ValueError(
+                f"trajectory {n} has {have} image tokens but its media need {want}; the "
+                "token ids and media are out of step"
+            )
+        return own
+
+
+class HFEngine(HFChatEncoder):
+    """The `Engine` of a transformers vision-language model (Qwen3-VL and relatives).
+
+    `model_or_path`: a loaded model (shared, not copied: training passes its policy) or a path
+    loadable by `AutoModelForImageTextToText`. `processor`: defaults to `AutoProcessor` from the
+    path (required when a model object is given). `device` and `dtype` apply when loading from a
+    path; a given model stays where it is.
+    """
+
+    def __init__(
+        self,
+        model_or_path: Any,
+        processor: Any = None,
+        *,
+        device: str = "cpu",
+        dtype: Any = None,
+    ) -> None:
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        if isinstance(model_or_path, (str, Path)):
+            path = str(model_or_path)
+            kwargs: dict[str, Any] = {} if dtype is None else {"dtype": dtype}
+            self.model = AutoModelForImageTextToText.from_pretrained(path, **kwargs).to(device)
+            processor = processor or AutoProcessor.from_pretrained(path)
+        else:
+            if processor is None:
+                raise ValueError(
+                    "HFEngine(model, processor=None): pass the processor that belongs to the "
+                    "model object, or pass a path instead of a model"
+                )
+            self.model = model_or_path
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = eos if isinstance(eos, list) else ([eos] if eos is not None else [])
+        super().__init__(processor, eos_token_ids=eos_ids)
+        self._lock = threading.Lock()
+        self._suppress = [
+            i
+            for i in (self.tokenizer.convert_tokens_to_ids(t) for t in _VISION_TOKENS)
+            if isinstance(i, int) and i >= 0 and i != self.tokenizer.unk_token_id
+        ]
+
     # --------------------------------------------------------------------------------- generation
 
     async def generate(
@@ -272,23 +319,8 @@ class HFEngine:
         rows: list[list[int]] = []
         chunks: list[ImageChunk] = []
         for n, traj in enumerate(trajectories):
-            if not traj.token_ids:
-                raise ValueError(f"trajectory {n} has no prompt tokens; encode a prompt first")
-            own = [c for c in traj.media if isinstance(c, ImageChunk)]
-            if len(own) != len(traj.media):
-                raise TypeError(
-                    f"trajectory {n} holds media that HFEngine did not encode; encode its prompt "
-                    "with this engine"
-                )
-            want = sum(c.num_tokens for c in own) // self.merge_size**2
-            have = sum(1 for t in traj.token_ids if t == self.image_token_id)
-            if want != have:
-                raise ValueError(
-                    f"trajectory {n} has {have} image tokens but its media need {want}; the "
-                    "token ids and media are out of step"
-                )
+            chunks.extend(self.image_chunks(traj, n))
             rows.append(traj.token_ids)
-            chunks.extend(own)
         width = max(len(r) for r in rows)
         input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
         attention = torch.zeros((len(rows), width), dtype=torch.long)
