@@ -1,0 +1,254 @@
+"""OpenAIEngine against a real local HTTP server that records and checks every request."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+pytest.importorskip("httpx")
+pytest.importorskip("PIL")
+
+import numpy as np  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from paravt.core import (  # noqa: E402
+    AgentConfig,
+    AgentTask,
+    Frame,
+    ImagePart,
+    Message,
+    SamplingParams,
+    TextPart,
+    Trajectory,
+    build_main_prompt,
+    run_episodes,
+)
+from paravt.core.engines.openai import OpenAIEngine, image_data_url  # noqa: E402
+from paravt.core.testing import StaticToolbox  # noqa: E402
+
+Reply = Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]
+
+
+class ChatServer:
+    """A chat-completions server on 127.0.0.1 that records requests and answers with `reply`."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.reply: Reply = lambda body: (200, completion("<answer>A</answer>"))
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers["Content-Length"])
+                body = json.loads(self.rfile.read(length))
+                server.requests.append(
+                    {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
+                )
+                status, payload = server.reply(body)
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+
+def completion(text: str, finish: str = "stop", logprobs: Any = None) -> dict[str, Any]:
+    choice: dict[str, Any] = {
+        "index": 0,
+        "message": {"role": "assistant", "content": text},
+        "finish_reason": finish,
+    }
+    if logprobs is not None:
+        choice["logprobs"] = {"content": logprobs}
+    return {"id": "x", "object": "chat.completion", "choices": [choice]}
+
+
+@pytest.fixture
+def server() -> Iterator[ChatServer]:
+    s = ChatServer()
+    s.thread.start()
+    yield s
+    s.httpd.shutdown()
+    s.httpd.server_close()
+
+
+def frame(seed: int, h: int = 24, w: int = 40) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
+
+
+def decode_data_url(url: str) -> np.ndarray:
+    head, data = url.split(",", 1)
+    assert head == "data:image/png;base64"
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(data))))
+
+
+def trajectory(messages: list[Message], prefix: str = "") -> Trajectory:
+    traj = Trajectory("main", assistant_prefix=prefix)
+    traj.add_prompt(OpenAIEngine("http://unused/v1", "m").encode_prompt(messages), messages)
+    return traj
+
+
+def test_requests_carry_model_messages_frames_as_data_urls_and_sampling(
+    server: ChatServer,
+) -> None:
+    engine = OpenAIEngine(server.base_url, "qwen3-vl", api_key="secret")
+    image = frame(0)
+    messages = [
+        Message("system", "S"),
+        Message("user", [TextPart("<1.0 seconds>"), ImagePart(image), TextPart("Q?")]),
+    ]
+    sampling = SamplingParams(max_new_tokens=33, temperature=0.7, top_p=0.9, top_k=20, seed=5)
+    (out,) = asyncio.run(engine.generate([trajectory(messages)], sampling))
+    assert out.text == "<answer>A</answer>" and out.finish_reason == "stop"
+    (request,) = server.requests
+    assert request["path"] == "/v1/chat/completions"
+    assert request["auth"] == "Bearer secret"
+    body = request["body"]
+    assert body["model"] == "qwen3-vl"
+    assert (body["max_tokens"], body["temperature"], body["top_p"]) == (33, 0.7, 0.9)
+    assert (body["top_k"], body["seed"]) == (20, 5)
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+    text, img, question = body["messages"][1]["content"]
+    assert text == {"type": "text", "text": "<1.0 seconds>"}
+    assert question == {"type": "text", "text": "Q?"}
+    assert np.array_equal(decode_data_url(img["image_url"]["url"]), image)  # lossless PNG
+    assert "continue_final_message" not in body and "logprobs" not in body
+
+
+def test_torch_and_chw_frames_encode_to_the_same_png() -> None:
+    torch = pytest.importorskip("torch")
+    image = frame(1)
+    expected = image_data_url(image)
+    assert image_data_url(np.ascontiguousarray(image.transpose(2, 0, 1))) == expected
+    assert image_data_url(torch.from_numpy(image).permute(2, 0, 1)) == expected
+    assert image_data_url(Image.fromarray(image)) == expected
+    assert image_data_url(image, fmt="jpeg").startswith("data:image/jpeg;base64,")
+    with pytest.raises(TypeError, match="uint8"):
+        image_data_url(image.astype(np.float32))
+
+
+def test_tool_responses_are_grouped_and_the_think_prefix_is_continued(
+    server: ChatServer,
+) -> None:
+    engine = OpenAIEngine(server.base_url, "m")
+    traj = trajectory([Message("system", "S"), Message("user", "Q")], prefix="<think>\n")
+    traj.messages += [
+        Message("assistant", "<think>\nlook</think><tool_call>{}</tool_call>"),
+        Message("tool", "[0.0 s - 10.0 s] a dog"),
+        Message("tool", [TextPart("[20.0 s - 30.0 s] "), ImagePart(frame(2))]),
+    ]
+    asyncio.run(engine.generate([traj], SamplingParams(max_new_tokens=4)))
+    body = server.requests[0]["body"]
+    roles = [m["role"] for m in body["messages"]]
+    assert roles == ["system", "user", "assistant", "user", "assistant"]
+    tool_turn = body["messages"][3]["content"]
+    texts = "".join(p.get("text", "<img>") for p in tool_turn)
+    assert texts == (
+        "<tool_response>\n[0.0 s - 10.0 s] a dog\n</tool_response>\n"
+        "<tool_response>\n[20.0 s - 30.0 s] <img>\n</tool_response>"
+    )
+    assert body["messages"][-1] == {"role": "assistant", "content": "<think>\n"}
+    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+
+
+def test_logprobs_and_token_ids_are_recorded_when_the_server_returns_them(
+    server: ChatServer,
+) -> None:
+    entries = [{"token": "token_id:17", "logprob": -0.25}, {"token": "token_id:4", "logprob": -1.5}]
+    server.reply = lambda body: (200, completion("hi", finish="length", logprobs=entries))
+    engine = OpenAIEngine(server.base_url, "m", logprobs=True)
+    traj = trajectory([Message("user", "Q")])
+    (out,) = asyncio.run(engine.generate([traj], SamplingParams(max_new_tokens=2)))
+    assert server.requests[0]["body"]["logprobs"] is True
+    assert server.requests[0]["body"]["return_tokens_as_token_ids"] is True
+    assert (out.token_ids, out.logprobs, out.finish_reason) == ([17, 4], [-0.25, -1.5], "length")
+    # Without token ids the logprobs cannot be aligned to tokens and are not recorded.
+    server.reply = lambda body: (200, completion("hi", logprobs=[{"token": "hi", "logprob": -1}]))
+    (out,) = asyncio.run(engine.generate([traj], SamplingParams(max_new_tokens=2)))
+    assert (out.token_ids, out.logprobs) == ([], None)
+
+
+def test_a_batch_sends_one_request_per_trajectory_in_order(server: ChatServer) -> None:
+    server.reply = lambda body: (200, completion("echo " + body["messages"][-1]["content"]))
+    engine = OpenAIEngine(server.base_url, "m", max_concurrency=2)
+    trajs = [trajectory([Message("user", f"q{i}")]) for i in range(5)]
+    outs = asyncio.run(engine.generate(trajs, SamplingParams(max_new_tokens=2)))
+    assert [o.text for o in outs] == [f"echo q{i}" for i in range(5)]
+    assert len(server.requests) == 5
+
+
+def test_server_errors_name_the_url_and_status(server: ChatServer) -> None:
+    server.reply = lambda body: (500, {"error": "model overloaded"})
+    engine = OpenAIEngine(server.base_url, "m")
+    with pytest.raises(RuntimeError, match=r"HTTP 500.*model overloaded"):
+        asyncio.run(engine.generate([trajectory([Message("user", "Q")])], SamplingParams()))
+
+
+def test_an_unreachable_server_is_reported_with_the_fix() -> None:
+    engine = OpenAIEngine("http://127.0.0.1:9/v1", "m", timeout_s=2)
+    with pytest.raises(RuntimeError, match="is the server running"):
+        asyncio.run(engine.generate([trajectory([Message("user", "Q")])], SamplingParams()))
+
+
+def test_the_runtime_runs_a_parallel_tool_episode_through_the_http_engine(
+    server: ChatServer,
+) -> None:
+    call = '<tool_call>{"name": "crop_video", "arguments": {"start_time": %d, "end_time": %d}}</tool_call>'
+
+    def reply(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        system = body["messages"][0]["content"]
+        if system.startswith("You are a helper"):
+            return 200, completion("<answer>a red square</answer>")
+        if len(body["messages"]) == 3:  # system, user, assistant prefix: first main turn
+            return 200, completion("look</think>" + call % (0, 10) + call % (20, 30))
+        return 200, completion("seen</think><answer>red</answer>")
+
+    server.reply = reply
+
+    class FrameBox(StaticToolbox):
+        async def execute(self, calls: Any) -> Any:
+            outs = await super().execute(calls)
+            for out in outs:
+                out.frames = [Frame(frame(int(f.timestamp_s)), f.timestamp_s) for f in out.frames]
+            return outs
+
+    messages = build_main_prompt("colour?", [Frame(frame(9), 5.0)], duration_s=60.0)
+    task = AgentTask("t", messages, FrameBox(duration_s=60.0, fps=0.2), "colour?")
+    config = AgentConfig(max_turns=3, sampling=SamplingParams(max_new_tokens=64))
+    (episode,) = asyncio.run(run_episodes([task], OpenAIEngine(server.base_url, "m"), config))
+    assert episode.answer == "red"
+    assert episode.num_tool_calls == 2 and len(episode.subagents) == 2
+    sub_requests = [
+        r
+        for r in server.requests
+        if r["body"]["messages"][0]["content"].startswith("You are a helper")
+    ]
+    assert len(sub_requests) == 2
+    for r in sub_requests:
+        images = [p for p in r["body"]["messages"][1]["content"] if p["type"] == "image_url"]
+        assert len(images) == 2  # 10 s at 0.2 fps
+    last = server.requests[-1]["body"]["messages"]
+    assert [m["role"] for m in last] == ["system", "user", "assistant", "user", "assistant"]
+    assert "".join(p["text"] for p in last[3]["content"]) == (
+        "<tool_response>\n[0.0 s - 10.0 s] 2 frames\na red square\n</tool_response>\n"
+        "<tool_response>\n[20.0 s - 30.0 s] 2 frames\na red square\n</tool_response>"
+    )
