@@ -14,9 +14,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from paravt.core import AgentTask, Engine, Episode, build_main_prompt, run_episodes
+from paravt.core import (
+    AgentTask,
+    Engine,
+    Episode,
+    Frame,
+    Toolbox,
+    build_main_prompt,
+    run_episodes,
+)
 from paravt.eval.config import EvalConfig
 from paravt.eval.traces import SampleTrace, trace_from_episode
 
@@ -53,21 +61,44 @@ class Prepared:
     prepare_s: float
 
 
-class EvalAgent:
-    """Evaluates one model under one protocol. Not thread-safe; one instance per process."""
+class VideoSource(Protocol):
+    """Where a sample's frames come from: its overview, and a crop_video toolbox over it."""
 
-    def __init__(self, config: EvalConfig, engine: Engine | None = None) -> None:
+    def overview(self, video: str, num_frames: int) -> tuple[float, list[Frame]]:
+        """(duration in seconds, `num_frames` frames spread over the whole video)."""
+        ...
+
+    def toolbox(self, video: str) -> Toolbox:
+        """The crop_video toolbox over this sample's own video."""
+        ...
+
+
+class EvalAgent:
+    """Evaluates one model under one protocol. Not thread-safe; one instance per process.
+
+    `engine` and `source` default to the configured model and to paravt-tools' decoder and
+    crop_video toolbox (`paravt.eval.video.ToolsVideoSource`).
+    """
+
+    def __init__(
+        self,
+        config: EvalConfig,
+        engine: Engine | None = None,
+        source: VideoSource | None = None,
+    ) -> None:
         self.config = config
         self.engine = engine if engine is not None else build_engine(config)
+        if source is None:
+            from paravt.eval.video import ToolsVideoSource
+
+            source = ToolsVideoSource(max_pixels=config.max_pixels)
+        self.source = source
         self.agent_config = config.agent_config()
 
     def prepare(self, sample: VideoQuestion) -> Prepared:
-        """Probe the sample's video, decode its overview and build its prompt and toolbox."""
-        from paravt.eval import video
-
+        """Decode the sample's overview and build its prompt and toolbox."""
         t0 = time.perf_counter()
-        path = video.resolve_video(sample.video)
-        duration_s, frames = video.overview(path, self.config.main_nframes, self.config.max_pixels)
+        duration_s, frames = self.source.overview(sample.video, self.config.main_nframes)
         messages = build_main_prompt(
             sample.question,
             frames,
@@ -78,7 +109,7 @@ class EvalAgent:
             max_parallel=self.config.max_parallel,
             include_video_path=self.config.include_video_path,
         )
-        toolbox = video.crop_toolbox(path, self.config.max_pixels)
+        toolbox = self.source.toolbox(sample.video)
         task = AgentTask(sample.key, messages, toolbox, sample.question)
         return Prepared(task, len(frames), duration_s, time.perf_counter() - t0)
 

@@ -168,6 +168,7 @@ class ParaVT(lmms):
             ran = iter(self.agent.run(samples))
             done = [t if t is not None else next(ran) for t in traces]
             for doc, trace in zip(docs, done):
+                trace.episode = None  # token ids and media are not kept for a whole benchmark
                 record_trace(doc, trace)
                 if trace.error:
                     logger.warning(f"paravt: {trace.task} doc {trace.doc_id} errored: {trace.error}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +36,15 @@ class SampleTrace:
     prepare_s: float = 0.0  # probing and decoding the overview
     total_s: float = 0.0  # the agent episode
     error: str | None = None
+    # The full episode (token ids, sub-agent trajectories) for in-process callers; not serialized.
+    episode: Episode | None = field(default=None, repr=False, compare=False)
 
     @property
     def used_tool(self) -> bool:
         return self.num_tool_calls > 0
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "episode"}
 
 
 def turns_of(episode: Episode) -> list[dict[str, Any]]:
@@ -116,6 +118,7 @@ def trace_from_episode(
         forced_answer=episode.forced_answer,
         prepare_s=round(prepare_s, 4),
         total_s=round(episode.total_s, 4),
+        episode=episode,
     )
 
 

@@ -1,0 +1,172 @@
+"""`paravt-eval`: ask one question about one video, write the offline lmms-eval tasks, reproduce tables.
+
+    paravt-eval ask --model PATH|tiny --video V "question" [--json]
+    paravt-eval tasks SYNTH_DIR [--out DIR] [--limit N]
+    paravt-eval reproduce [--out DIR] [--checkpoints base=PATH,...] [...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from paravt.core import PROMPT_MODES
+
+
+def _model_path(value: str) -> str:
+    """`tiny` means the seeded tiny Qwen3-VL (built offline and cached the first time)."""
+    if value == "tiny":
+        from paravt.core.tiny import cached_tiny_qwen3vl
+
+        return str(cached_tiny_qwen3vl(seed=0))
+    return value
+
+
+def _add_protocol_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("agent protocol (defaults: the paper's)")
+    g.add_argument("--prompt-mode", choices=PROMPT_MODES, default="agentic_general")
+    g.add_argument("--nframes", type=int, default=64, help="overview frames (main_nframes)")
+    g.add_argument("--max-turns", type=int, default=3)
+    g.add_argument("--max-parallel", type=int, default=5)
+    g.add_argument("--dispatch", choices=("parallel", "sequential"), default="parallel")
+    g.add_argument("--tool-response", choices=("subagent", "frames"), default="subagent")
+    g.add_argument("--max-new-tokens", type=int, default=2048)
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--max-pixels", type=int, default=None, help="pixel budget per frame")
+    g.add_argument("--device", default="cpu")
+
+
+def _protocol(args: argparse.Namespace) -> dict[str, object]:
+    return {
+        "prompt_mode": args.prompt_mode,
+        "main_nframes": args.nframes,
+        "max_turns": args.max_turns,
+        "max_parallel": args.max_parallel,
+        "dispatch": args.dispatch,
+        "tool_response": args.tool_response,
+        "max_new_tokens": args.max_new_tokens,
+        "temperature": args.temperature,
+        "max_pixels": args.max_pixels,
+        "device": args.device,
+    }
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    from paravt.eval.agent import EvalAgent, VideoQuestion
+    from paravt.eval.config import parse_eval_config
+
+    values = _protocol(args)
+    if args.base_url:
+        values.update(base_url=args.base_url, model=args.served_model, api_key=args.api_key)
+    else:
+        values["pretrained"] = _model_path(args.model)
+    config = parse_eval_config(values)
+    agent = EvalAgent(config)
+    sample = VideoQuestion(
+        key="ask", video=args.video, question=args.question, options=args.option or None
+    )
+    trace = agent.run([sample])[0]
+    if args.json:
+        print(json.dumps(trace.to_json(), indent=2, ensure_ascii=False, default=str))
+    else:
+        from paravt.eval.render import render_trace
+
+        render_trace(trace, model=config.model_name)
+    return 1 if trace.error else 0
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from paravt.eval.synth_tasks import synth_documents, write_synth_tasks
+
+    out = write_synth_tasks(args.synth_dir, args.out, limit=args.limit)
+    counts = {name: len(rows) for name, rows in synth_documents(args.synth_dir).items()}
+    for name, n in counts.items():
+        shown = min(n, args.limit) if args.limit else n
+        print(f"{name}: {shown} documents")
+    print(f"--include_path {out}")
+    return 0
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from paravt.eval.reproduce import ReproduceConfig, run_reproduce
+
+    config = ReproduceConfig(
+        out=Path(args.out),
+        checkpoints=args.checkpoints,
+        synth_dir=Path(args.synth_dir) if args.synth_dir else None,
+        n_videos=args.n_videos,
+        duration_s=args.duration,
+        limit=args.limit,
+        train=not args.no_train,
+        paper_splits=args.paper_splits,
+        main_nframes=args.nframes,
+        max_new_tokens=args.max_new_tokens,
+        device=args.device,
+    )
+    result = run_reproduce(config)
+    print(result.markdown_path.read_text(encoding="utf-8"))
+    print(f"wrote {result.markdown_path}, {result.json_path}, {result.chart_path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="paravt-eval", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    ask = sub.add_parser("ask", help="ask one question about one video and show the episode")
+    ask.add_argument("question")
+    ask.add_argument("--video", required=True, help="the video file the agent looks at")
+    ask.add_argument("--model", default="tiny", help="checkpoint directory, or 'tiny'")
+    ask.add_argument("--base-url", default=None, help="OpenAI-compatible server instead of --model")
+    ask.add_argument("--served-model", default=None, help="model name on the server")
+    ask.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"))
+    ask.add_argument("--option", action="append", help="a multiple-choice option (repeat)")
+    ask.add_argument("--json", action="store_true", help="print the trace as JSON")
+    _add_protocol_args(ask)
+    ask.set_defaults(func=cmd_ask)
+
+    tasks = sub.add_parser("tasks", help="write the offline lmms-eval tasks for a synth directory")
+    tasks.add_argument("synth_dir", help="a directory written by `paravt-tools synth`")
+    tasks.add_argument("--out", default=None, help="default: SYNTH_DIR/lmms_eval_tasks")
+    tasks.add_argument("--limit", type=int, default=None, help="documents per task at most")
+    tasks.set_defaults(func=cmd_tasks)
+
+    rep = sub.add_parser("reproduce", help="render the paper's Table 1 and Table 2 layouts")
+    rep.add_argument("--out", default="runs/reproduce")
+    rep.add_argument(
+        "--checkpoints",
+        default=None,
+        help="stage=PATH pairs, e.g. base=ckpt/base,sft=ckpt/sft,grpo=...,para_grpo=...; "
+        "default: train the tiny ones",
+    )
+    rep.add_argument("--synth-dir", default=None, help="reuse a synth directory")
+    rep.add_argument("--n-videos", type=int, default=6)
+    rep.add_argument("--duration", type=float, default=40.0)
+    rep.add_argument("--limit", type=int, default=4, help="documents per task")
+    rep.add_argument("--no-train", action="store_true", help="never train; fill what exists")
+    rep.add_argument(
+        "--paper-splits",
+        action="store_true",
+        help="also run the seven paper splits through lmms-eval (needs datasets and a GPU)",
+    )
+    rep.add_argument("--nframes", type=int, default=8, help="overview frames for the offline run")
+    rep.add_argument("--max-new-tokens", type=int, default=96)
+    rep.add_argument("--device", default="cpu")
+    rep.set_defaults(func=cmd_reproduce)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"paravt-eval {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

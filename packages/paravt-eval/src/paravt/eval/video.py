@@ -1,0 +1,46 @@
+"""The default `VideoSource`: paravt-tools' decoder (overview) and its `crop_video` toolbox.
+
+The video path always comes from the benchmark sample (or the `ask` command line), never from the
+model; `file://` URIs are accepted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from paravt.core import Frame, Toolbox
+
+
+def local_path(video: str) -> str:
+    """A sample's video as a local path; raises `FileNotFoundError` naming it when missing."""
+    path = Path(video.removeprefix("file://")).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"video {video!r} does not exist (is the dataset downloaded?)")
+    return str(path)
+
+
+class ToolsVideoSource:
+    """Overview frames and crop toolboxes from one shared `paravt.tools` reader.
+
+    `max_pixels` bounds every frame's pixel count (overview and crops); None keeps the tool's
+    reference budget (784..50176 pixels per frame).
+    """
+
+    def __init__(self, max_pixels: int | None = None) -> None:
+        from paravt.tools.crop import CropConfig, VideoReader, default_reader
+
+        if max_pixels is None:
+            self.reader = default_reader()
+        else:
+            base = CropConfig()
+            self.reader = VideoReader(
+                CropConfig(min_pixels=min(base.min_pixels, max_pixels), max_pixels=max_pixels)
+            )
+
+    def overview(self, video: str, num_frames: int) -> tuple[float, list[Frame]]:
+        path = local_path(video)
+        info = self.reader.probe(path)
+        return info.duration_s, self.reader.overview(path, num_frames)
+
+    def toolbox(self, video: str) -> Toolbox:
+        return self.reader.toolbox(local_path(video))

@@ -1,0 +1,143 @@
+"""EvalAgent runs the core runtime per sample and turns episodes into traces (no model needed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from paravt.core import Frame
+from paravt.core.testing import ScriptedEngine, StaticToolbox
+from paravt.eval.agent import EvalAgent, VideoQuestion
+from paravt.eval.config import EvalConfig, parse_eval_config
+from paravt.eval.traces import TraceWriter, read_traces
+
+TWO_CALLS = (
+    "Look closer.</think>"
+    '<tool_call>{"name": "crop_video", "arguments": {"start_time": 0, "end_time": 10}}</tool_call>'
+    '<tool_call>{"name": "crop_video", "arguments": {"start_time": 50, "end_time": 90}}</tool_call>'
+)
+
+
+def respond(traj):
+    if traj.role == "subagent":
+        return "<answer>a red square at 5 s</answer>"
+    turns = sum(1 for m in traj.messages if m.role == "assistant")
+    return TWO_CALLS if turns == 0 else "It was red.</think><answer>B</answer>"
+
+
+class FakeSource:
+    """Overview frames and a StaticToolbox per video; a video named 'missing' fails to open."""
+
+    def __init__(self, duration_s: float = 60.0) -> None:
+        self.duration_s = duration_s
+        self.toolboxes: dict[str, StaticToolbox] = {}
+
+    def overview(self, video, num_frames):
+        if video == "missing":
+            raise FileNotFoundError("missing: no such video")
+        step = self.duration_s / num_frames
+        return self.duration_s, [Frame(("img", i), step * (i + 0.5)) for i in range(num_frames)]
+
+    def toolbox(self, video):
+        return self.toolboxes.setdefault(video, StaticToolbox(duration_s=self.duration_s))
+
+
+@pytest.fixture
+def config(tmp_path):
+    return EvalConfig(pretrained=str(tmp_path), main_nframes=4, batch_size=2)
+
+
+def test_a_parallel_turn_is_traced_with_windows_summaries_and_the_answer(config):
+    source = FakeSource()
+    agent = EvalAgent(config, engine=ScriptedEngine(respond), source=source)
+    [trace] = agent.run([VideoQuestion("k", "v.mp4", "What colour?", options=["blue", "red"])])
+    assert trace.error is None
+    assert trace.answer == "B" and trace.response == "B"
+    assert trace.overview_frames == 4 and trace.duration_s == 60.0
+    first = trace.turns[0]
+    assert [c["executed"] for c in first["calls"]] == [True, True]
+    # the second window is clamped to the 60 s video by the toolbox, and reported as read
+    assert [c["window_s"] for c in first["calls"]] == [[0.0, 10.0], [50.0, 60.0]]
+    assert all(c["summary"] == "a red square at 5 s" for c in first["calls"])
+    assert trace.num_tool_calls == 2 and trace.used_tool
+    # both calls of the turn reached the toolbox together
+    assert [len(batch) for batch in source.toolboxes["v.mp4"].calls] == [2]
+
+
+def test_sequential_dispatch_runs_one_call_per_turn(tmp_path):
+    config = EvalConfig(pretrained=str(tmp_path), main_nframes=4, dispatch="sequential")
+    source = FakeSource()
+    agent = EvalAgent(config, engine=ScriptedEngine(respond), source=source)
+    [trace] = agent.run([VideoQuestion("k", "v.mp4", "What colour?")])
+    calls = trace.turns[0]["calls"]
+    assert [c["executed"] for c in calls] == [True, False]
+    assert "sequential" in calls[1]["error"]
+    assert trace.num_tool_calls == 1
+
+
+def test_a_sample_whose_video_cannot_be_read_is_errored_not_dropped(config):
+    agent = EvalAgent(config, engine=ScriptedEngine(respond), source=FakeSource())
+    traces = agent.run(
+        [VideoQuestion("a", "missing", "q?", doc_id=0), VideoQuestion("b", "v.mp4", "q?", doc_id=1)]
+    )
+    assert [t.doc_id for t in traces] == [0, 1]
+    assert traces[0].error is not None and "missing" in traces[0].error
+    assert traces[0].response == ""
+    assert traces[1].error is None and traces[1].answer == "B"
+
+
+def test_an_engine_failure_on_one_sample_does_not_lose_the_batch(config):
+    def flaky(traj):
+        if any("poison" in m.text for m in traj.messages):
+            raise RuntimeError("engine exploded")
+        return respond(traj)
+
+    agent = EvalAgent(config, engine=ScriptedEngine(flaky), source=FakeSource())
+    traces = agent.run([VideoQuestion("a", "v.mp4", "poison?"), VideoQuestion("b", "w.mp4", "q?")])
+    assert "engine exploded" in traces[0].error
+    assert traces[1].error is None and traces[1].answer == "B"
+
+
+def test_direct_mode_answers_in_one_turn_without_tools(tmp_path):
+    config = EvalConfig(pretrained=str(tmp_path), main_nframes=2, prompt_mode="direct")
+    agent = EvalAgent(config, engine=ScriptedEngine(lambda t: TWO_CALLS), source=FakeSource())
+    [trace] = agent.run([VideoQuestion("k", "v.mp4", "q?")])
+    assert len(trace.turns) == 1
+    assert trace.num_tool_calls == 0
+    assert trace.turns[0]["calls"][0]["error"] == "not executed: no tool turns left"
+    assert config.agent_config().think_prefix is False
+
+
+def test_the_trace_writer_keeps_a_per_task_summary_consistent_with_the_traces(config, tmp_path):
+    agent = EvalAgent(config, engine=ScriptedEngine(respond), source=FakeSource())
+    samples = [
+        VideoQuestion("a", "v.mp4", "q?", task="t1", doc_id=0),
+        VideoQuestion("b", "missing", "q?", task="t1", doc_id=1),
+    ]
+    writer = TraceWriter(tmp_path / "traces.jsonl")
+    writer.write(agent.run(samples))
+    rows = read_traces(writer.path)
+    assert [r["doc_id"] for r in rows] == [0, 1]
+    summary = json.loads(writer.summary_path.read_text())
+    assert summary["t1"] == {
+        "samples": 2,
+        "avg_tool_calls": (rows[0]["num_tool_calls"] + rows[1]["num_tool_calls"]) / 2,
+        "tool_usage_rate": 0.5,
+        "errored": 1,
+    }
+
+
+def test_model_arguments_are_validated_with_errors_that_name_the_fix(tmp_path):
+    with pytest.raises(ValueError, match="not both"):
+        parse_eval_config({"pretrained": str(tmp_path), "base_url": "http://x/v1", "model": "m"})
+    with pytest.raises(ValueError, match="no model"):
+        parse_eval_config({})
+    with pytest.raises(ValueError, match="not a directory"):
+        parse_eval_config({"pretrained": str(tmp_path / "nope")})
+    with pytest.raises(ValueError, match=r"max_turn: unknown argument \(known: .*max_turns"):
+        parse_eval_config({"pretrained": str(tmp_path), "max_turn": 3})
+    with pytest.raises(ValueError, match="dispatch"):
+        parse_eval_config({"pretrained": str(tmp_path), "dispatch": "both"})
+    with pytest.raises(ValueError, match="needs model"):
+        parse_eval_config({"base_url": "http://localhost:8000/v1"})
