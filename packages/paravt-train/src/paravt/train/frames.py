@@ -1,0 +1,132 @@
+"""Frames for training, decoded by paravt-tools: overviews, crop_video toolboxes, SFT media parts.
+
+`FrameSource` wraps one shared `paravt.tools` `VideoReader` (its cache lets the n rollouts of a
+prompt decode the overview once) configured from the recipe's `video` section.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from paravt.core.prompts import render_frames
+from paravt.core.protocol import CropVideoArgs, Frame, ImagePart, Message, Part, TextPart
+from paravt.train.recipe import DataSpec, VideoSpec
+
+log = logging.getLogger("paravt.train")
+
+
+class FrameSource:
+    """Overview frames and crop_video toolboxes of a sample's own video (paravt-tools)."""
+
+    def __init__(self, video: VideoSpec) -> None:
+        from paravt.tools.crop import CropConfig, VideoReader
+
+        self.spec = video
+        self.reader = VideoReader(
+            CropConfig(
+                fps=video.crop_fps,
+                max_frames=video.max_crop_frames,
+                min_pixels=video.min_pixels,
+                max_pixels=video.max_pixels,
+            )
+        )
+
+    def overview(self, video: Path | str, k: int) -> tuple[list[Frame], float]:
+        """`k` frames spread over the whole video, and the video's duration in seconds."""
+        info = self.reader.probe(video)
+        return self.reader.overview(video, k), float(info.duration_s)
+
+    def toolbox(self, video: Path | str) -> Any:
+        """The `crop_video` Toolbox of this video (the model never names a file)."""
+        return self.reader.toolbox(video)
+
+    def window(self, video: Path | str, start_s: float, end_s: float, n: int | None) -> list[Frame]:
+        """Frames of one window, sampled like a crop_video call (raises on a bad window)."""
+        args = CropVideoArgs(start_time=start_s, end_time=end_s, num_frames=n)
+        (out,) = self.reader.crop(video, [args])
+        if out.error is not None:
+            raise ValueError(out.error)
+        return out.frames
+
+    def _media(self, part: dict[str, Any]) -> list[Part]:
+        path = part.get("_local_path")
+        if path is None:
+            raise ValueError(f"SFT media part without a resolved file: {part!r:.120}")
+        if part.get("type") == "image_url":
+            from PIL import Image
+
+            return [ImagePart(Image.open(path).convert("RGB"))]
+        spec = part.get("video_url") if isinstance(part.get("video_url"), dict) else part
+        start = spec.get("video_start", spec.get("start_time"))
+        end = spec.get("video_end", spec.get("end_time"))
+        n = spec.get("nframes", spec.get("num_frames"))
+        if start is not None and end is not None:
+            frames = self.window(path, float(start), float(end), int(n) if n else None)
+        else:
+            frames, _ = self.overview(path, int(n) if n else self.spec.overview_frames)
+        return render_frames(frames)
+
+    def messages_of(self, example: Any) -> list[Message]:
+        """An `SFTExample`'s chat as core messages, every video part replaced by its frames (each
+        preceded by its timestamp), as the agent runtime shows them."""
+        out: list[Message] = []
+        for m in example.messages:
+            content = m["content"]
+            if isinstance(content, str):
+                out.append(Message(m["role"], content))
+                continue
+            parts: list[Part] = []
+            for part in content:
+                if not isinstance(part, dict):
+                    continue
+                if part.get("type") == "text" or ("text" in part and "type" not in part):
+                    parts.append(TextPart(str(part.get("text", ""))))
+                elif part.get("type") in ("video_url", "image_url", "video"):
+                    parts.extend(self._media(part))
+            if m["role"] == "assistant":
+                out.append(
+                    Message("assistant", "".join(p.text for p in parts if isinstance(p, TextPart)))
+                )
+            else:
+                out.append(Message(m["role"], parts))
+        return out
+
+
+def ensure_synth(data: DataSpec) -> None:
+    """Generate the recipe's synthetic task set with `paravt-tools synth` when its parquet files
+    are missing (only for recipes with a `data.synth` section)."""
+    if data.synth is None or all(Path(p).exists() for p in data.parquet):
+        return
+    import torch.distributed as dist
+
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    if rank == 0:
+        s = data.synth
+        cmd = [
+            sys.executable,
+            "-m",
+            "paravt.tools",
+            "synth",
+            "--out",
+            s.out_dir,
+            "--n",
+            str(s.n),
+            "--duration",
+            str(s.duration_s),
+            "--seed",
+            str(s.seed),
+        ]
+        log.info("generating synthetic tasks: %s", " ".join(cmd[2:]))
+        subprocess.run(cmd, check=True)
+        missing = [p for p in data.parquet if not Path(p).exists()]
+        if missing:
+            raise FileNotFoundError(
+                f"paravt-tools synth wrote {sorted(p.name for p in Path(s.out_dir).iterdir())} "
+                f"but the recipe expects {missing}; fix data.parquet"
+            )
+    if dist.is_initialized():
+        dist.barrier()

@@ -1,0 +1,142 @@
+"""RL: an end-to-end PARA-GRPO step with real sub-agent rollouts, its loss and its metrics."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from paravt.train.losses import k3_kl, ppo_loss, step_normaliser
+from paravt.train.recipe import load_recipe
+from paravt.train.rl import train_rl
+
+from .rl_helpers import EveryOtherScripted, examples
+
+REQUIRED_METRICS = (
+    "reward/total",
+    "reward/accuracy",
+    "reward/format",
+    "reward/anchor",
+    "reward/tool",
+    "f_tau",
+    "kappa",
+    "calls_per_turn",
+    "accuracy",
+    "len/main_generated",
+    "len/subagent_generated",
+    "gating/k_mean",
+    "clip_fraction",
+    "kl",
+    "grad_norm",
+    "loss",
+    "time/rollout_s",
+    "time/reward_s",
+    "time/update_s",
+)
+
+
+def tiny_rl_recipe(model: Path, out: Path, *extra: str):  # type: ignore[no-untyped-def]
+    return load_recipe(
+        "tiny_paragrpo",
+        [
+            f"model.path={model}",
+            f"output_dir={out}",
+            "max_steps=2",
+            "rollout.batch_prompts=2",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=12",
+            "rollout.subagent_max_new_tokens=8",
+            "rollout.max_turns=2",
+            "gating.choices=[2,4]",
+            "checkpoint.every_steps=0",
+            "logging.progress=false",
+            "optim.lr=1e-3",
+            *extra,
+        ],
+    )
+
+
+def scripted(engine):  # type: ignore[no-untyped-def]
+    return EveryOtherScripted(engine)
+
+
+@pytest.mark.slow
+def test_an_rl_step_runs_end_to_end_with_real_subagents_and_logs_every_metric(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    exs, frames = examples()
+    recipe = tiny_rl_recipe(tiny_model_path, tmp_path / "run")
+    final = train_rl(recipe, examples=exs, frames=frames, wrap_engine=scripted)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        for key in REQUIRED_METRICS:
+            assert key in row and row[key] is not None, key
+        assert math.isfinite(row["loss"]) and row["grad_norm"] > 0
+        # half the rollouts call crop_video twice (scripted), the random model's others do not
+        assert row["kappa"] >= 1.0 and row["tool_use_rate"] >= 0.5
+        assert row["subagents_per_episode"] >= 1.0  # one real sub-agent generation per call
+        assert row["len/subagent_generated"] > 0
+        # 2 prompts x 2 rollouts (main trajectories) + every sub-agent trajectory
+        assert row["trajectories/trained"] == 4 + 4 * row["subagents_per_episode"]
+        assert row["gating/k_mean"] in (2.0, 3.0, 4.0)
+    # Every rollout of a prompt saw the same gated overview budget.
+    assert set(frames.budgets) <= {2, 4}
+    from transformers import AutoModelForImageTextToText
+
+    before = AutoModelForImageTextToText.from_pretrained(tiny_model_path).state_dict()
+    after = AutoModelForImageTextToText.from_pretrained(final).state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+@pytest.mark.slow
+def test_subagent_trajectories_are_left_out_of_the_loss_when_asked(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    exs, frames = examples()
+    recipe = tiny_rl_recipe(
+        tiny_model_path,
+        tmp_path / "run",
+        "max_steps=1",
+        "loss.include_subagents_in_loss=false",
+        "checkpoint.save_final=false",
+    )
+    train_rl(recipe, examples=exs, frames=frames, wrap_engine=scripted)
+    row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["trajectories/trained"] == 4 and row["subagents_per_episode"] >= 1.0
+
+
+def test_the_ppo_loss_clips_the_ratio_and_the_k3_kl_is_zero_at_the_reference() -> None:
+    logp = torch.tensor([[0.0, -1.0, -1.0, -1.0]], requires_grad=True)
+    old = torch.tensor([[0.0, -1.0, -2.0, -0.5]])  # ratios 1, e, e^-0.5
+    adv = torch.ones(1, 4)
+    mask = torch.tensor([[0.0, 1.0, 1.0, 1.0]])
+    parts = ppo_loss(
+        logp,
+        old,
+        adv,
+        mask,
+        ref_logp=logp.detach(),
+        clip_eps=0.2,
+        clip_eps_high=None,
+        kl_coef=0.1,
+        aggregation="token-mean",
+        norm=3.0,
+    )
+    # token losses: -1, -min(e, 1.2) = -1.2, -exp(-0.5) (unclipped on the low side for A > 0)
+    expected = (-1.0 - 1.2 - math.exp(-0.5)) / 3
+    assert parts.loss.item() == pytest.approx(expected, rel=1e-5)
+    assert parts.clip_fraction == pytest.approx(1 / 3)
+    assert parts.kl == 0.0
+    parts.loss.backward()
+    assert logp.grad is not None and logp.grad[0, 2] == 0.0  # the clipped token gets no gradient
+    assert (k3_kl(torch.tensor([0.0]), torch.tensor([-1.0])) > 0).all()
+
+
+def test_aggregations_normalise_by_tokens_or_sequences() -> None:
+    masks = [[0, 1, 1, 1], [0, 1, 0, 0], [0, 0, 0, 0]]
+    assert step_normaliser("token-mean", masks) == 4.0
+    assert step_normaliser("seq-mean-token-mean", masks) == 2.0
