@@ -40,17 +40,28 @@ def mix(n: int, seed: int = 0) -> list[tuple[str, str, str]]:
         k = rng.random()
         letter = rng.choice("ABCD")
         if k < 0.35:  # parallel calls, tool responses, MCQ answer
-            calls = "".join(call(s, s + 30) for s in rng.sample(range(0, 600, 30), rng.randint(1, 5)))
+            calls = "".join(
+                call(s, s + 30) for s in rng.sample(range(0, 600, 30), rng.randint(1, 5))
+            )
             resp = "<tool_response>The person pours water into a cup at 552 s.</tool_response>"
-            out.append((THINK + calls + resp + f"<answer>{rng.choice('ABCD')}</answer>", letter, "mcq"))
+            out.append(
+                (THINK + calls + resp + f"<answer>{rng.choice('ABCD')}</answer>", letter, "mcq")
+            )
         elif k < 0.6:  # direct answer
-            out.append((THINK + f"<answer>The answer is {rng.choice('ABCD')}</answer>", letter, "mcq"))
+            out.append(
+                (THINK + f"<answer>The answer is {rng.choice('ABCD')}</answer>", letter, "mcq")
+            )
         elif k < 0.7:  # temporal grounding
             s = rng.randint(0, 500)
             out.append((THINK + f"<answer>[{s}, {s + 20}]</answer>", f"[{s + 5}, {s + 30}]", "tvg"))
         elif k < 0.8:  # open-ended
-            out.append((THINK + "<answer>she pours the water into a red cup</answer>",
-                        "pouring water into a cup", "oe"))  # fmt: skip
+            out.append(
+                (
+                    THINK + "<answer>she pours the water into a red cup</answer>",
+                    "pouring water into a cup",
+                    "oe",
+                )
+            )
         elif k < 0.92:  # collapsed format: unclosed think, malformed call
             out.append(("<think>" + THINK[7:-8] + ' <tool_call>{"name": crop_video', letter, "mcq"))
         else:  # chat-token spam
@@ -66,8 +77,12 @@ def throughput(samples: list[tuple[str, str, str]], budget_s: float = 3.0) -> di
         done += len(samples)
     elapsed = time.perf_counter() - start
     chars = sum(len(t) for t, _, _ in samples) / len(samples)
-    return {"completions": done, "seconds": elapsed, "per_second_per_core": done / elapsed,
-            "mean_chars": chars}  # fmt: skip
+    return {
+        "completions": done,
+        "seconds": elapsed,
+        "per_second_per_core": done / elapsed,
+        "mean_chars": chars,
+    }
 
 
 def _fill(unit: str, size: int) -> str:
@@ -75,8 +90,9 @@ def _fill(unit: str, size: int) -> str:
 
 
 KINDS = {
-    "long think": lambda n: "<think>" + _fill(THINK[7:-8] + " ", n) + "</think>"
-    + call(1, 9) + "<answer>B</answer>",
+    "long think": lambda n: (
+        "<think>" + _fill(THINK[7:-8] + " ", n) + "</think>" + call(1, 9) + "<answer>B</answer>"
+    ),
     "long answer (F1)": lambda n: THINK + "<answer>" + _fill("she pours water ", n) + "</answer>",
     "parallel calls": lambda n: THINK + _fill(call(10, 40), n) + "<answer>B</answer>",
     "tag soup": lambda n: _fill("<think><tool_call></answer><|im_start|>", n),
@@ -91,8 +107,14 @@ def scaling() -> list[dict[str, float | str]]:
         for size in (250_000, 500_000, 1_000_000):
             text = make(size)
             best = min(_timed(text, truth, qtype) for _ in range(3))
-            rows.append({"input": kind, "bytes": len(text), "seconds": best,
-                         "us_per_kb": best * 1e6 / (len(text) / 1e3)})  # fmt: skip
+            rows.append(
+                {
+                    "input": kind,
+                    "bytes": len(text),
+                    "seconds": best,
+                    "us_per_kb": best * 1e6 / (len(text) / 1e3),
+                }
+            )
     return rows
 
 
@@ -122,12 +144,16 @@ def main() -> None:
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"rewards scored per second per core (paragrpo, mixed rollouts of "
-          f"{tp['mean_chars']:.0f} chars): {tp['per_second_per_core']:,.0f}")  # fmt: skip
+    print(
+        f"rewards scored per second per core (paragrpo, mixed rollouts of "
+        f"{tp['mean_chars']:.0f} chars): {tp['per_second_per_core']:,.0f}"
+    )
     print(f"{'input':<18} {'size':>8} {'seconds':>9} {'us/KB':>8}")
     for r in rows:
-        print(f"{r['input']:<18} {float(r['bytes']) / 1e6:>6.2f}MB {float(r['seconds']):>9.4f} "
-              f"{float(r['us_per_kb']):>8.1f}")  # fmt: skip
+        print(
+            f"{r['input']:<18} {float(r['bytes']) / 1e6:>6.2f}MB {float(r['seconds']):>9.4f} "
+            f"{float(r['us_per_kb']):>8.1f}"
+        )
     for kind, slope in slopes.items():
         print(f"log-log slope, {kind}: {slope:.2f} (1.0 = linear, 2.0 = quadratic)")
 

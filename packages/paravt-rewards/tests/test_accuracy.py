@@ -14,9 +14,21 @@ from paravt.rewards import (
 
 @pytest.mark.parametrize(
     "answer",
-    ["B", "(B)", "B.", "B)", "b", "Option B", "option (B)", "The answer is B",
-     "the answer is: (B)", "Answer: B", "B. red square", "(B) red square"],
-)  # fmt: skip
+    [
+        "B",
+        "(B)",
+        "B.",
+        "B)",
+        "b",
+        "Option B",
+        "option (B)",
+        "The answer is B",
+        "the answer is: (B)",
+        "Answer: B",
+        "B. red square",
+        "(B) red square",
+    ],
+)
 def test_multiple_choice_accepts_the_usual_ways_of_naming_a_letter(answer: str) -> None:
     assert extract_choice(answer) == "B"
     assert mcq_accuracy(answer, "B") == 1.0

@@ -10,7 +10,9 @@ from paravt.rewards import (
     structural_token_positions,
 )
 
-CALL = '<tool_call>{"name": "crop_video", "arguments": {"start_time": 1, "end_time": 9}}</tool_call>'
+CALL = (
+    '<tool_call>{"name": "crop_video", "arguments": {"start_time": 1, "end_time": 9}}</tool_call>'
+)
 
 
 def tokenize(text: str) -> tuple[list[str], list[tuple[int, int]]]:
@@ -81,8 +83,13 @@ def test_structural_positions_cover_every_tag_including_tool_call_brackets() -> 
     tokens, offsets = tokenize(text)
     positions = structural_token_positions(parse_response(text), offsets)
     assert [tokens[i] for i in positions] == [
-        "<think>", "</think>", "<tool_call>", "</tool_call>", "<answer>", "</answer>"
-    ]  # fmt: skip
+        "<think>",
+        "</think>",
+        "<tool_call>",
+        "</tool_call>",
+        "<answer>",
+        "</answer>",
+    ]
 
 
 def test_tokens_that_straddle_a_tag_are_counted_as_structural() -> None:

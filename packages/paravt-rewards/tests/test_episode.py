@@ -9,7 +9,9 @@ from paravt.core.runtime import Trajectory
 from paravt.core.testing import ScriptedEngine, StaticToolbox
 from paravt.rewards import RewardConfig, score_episode
 
-CALL = '<tool_call>{"name": "crop_video", "arguments": {"start_time": %d, "end_time": %d}}</tool_call>'
+CALL = (
+    '<tool_call>{"name": "crop_video", "arguments": {"start_time": %d, "end_time": %d}}</tool_call>'
+)
 
 
 def run(first_turn: str, final: str, toolbox: StaticToolbox | None = None):
@@ -35,8 +37,11 @@ def test_an_episode_with_a_returned_tool_response_earns_the_full_tool_reward() -
 
 def test_a_call_whose_tool_failed_earns_only_the_parseable_credit_and_a_penalty() -> None:
     box = StaticToolbox(duration_s=60, fail_starts=frozenset({10.0}))
-    ep = run("I check the clip.</think>" + CALL % (10, 20), "Still unsure.</think><answer>C</answer>",
-             box)  # fmt: skip
+    ep = run(
+        "I check the clip.</think>" + CALL % (10, 20),
+        "Still unsure.</think><answer>C</answer>",
+        box,
+    )
     r = score_episode(ep, "B", "mcq", RewardConfig.paragrpo(gamma=0.5))
     assert (r.tool, r.penalty) == (0.1, 1.0)
     assert r.total == pytest.approx(0 + 1 + 0.1 - 0.5)

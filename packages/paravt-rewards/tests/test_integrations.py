@@ -18,7 +18,9 @@ from paravt.rewards.integrations import (
 )
 
 GOOD = "<think>I check the clip.</think><answer>B</answer>"
-CALL = '<tool_call>{"name": "crop_video", "arguments": {"start_time": 1, "end_time": 9}}</tool_call>'
+CALL = (
+    '<tool_call>{"name": "crop_video", "arguments": {"start_time": 1, "end_time": 9}}</tool_call>'
+)
 WITH_CALL = "<think>I check the clip.</think>" + CALL + "<answer>B</answer>"
 
 
@@ -48,24 +50,31 @@ def test_trl_reward_scores_plain_text_completions_from_dataset_columns() -> None
 
 def test_trl_reward_accepts_chat_format_completions() -> None:
     (fn,) = trl_reward_funcs()
-    completions = [[{"role": "assistant", "content": GOOD}],
-                   [{"role": "assistant", "content": [{"type": "text", "text": GOOD}]}]]  # fmt: skip
+    completions = [
+        [{"role": "assistant", "content": GOOD}],
+        [{"role": "assistant", "content": [{"type": "text", "text": GOOD}]}],
+    ]
     assert trl_call(fn, completions, answer=["B", "B"], question_type=["mcq", "mcq"]) == [2.0, 2.0]
 
 
 def test_trl_tool_messages_count_as_a_tool_response() -> None:
     (fn,) = trl_reward_funcs(components=True)[2:3]
-    completions = [[{"role": "assistant", "content": "<think>I check the clip.</think>" + CALL},
-                    {"role": "tool", "content": "red at 12 s"},
-                    {"role": "assistant", "content": "<answer>B</answer>"}]]  # fmt: skip
+    completions = [
+        [
+            {"role": "assistant", "content": "<think>I check the clip.</think>" + CALL},
+            {"role": "tool", "content": "red at 12 s"},
+            {"role": "assistant", "content": "<answer>B</answer>"},
+        ]
+    ]
     assert trl_call(fn, completions, answer=["B"], question_type=["mcq"]) == [0.8]
 
 
 def test_trl_reads_the_reference_extra_info_json_column() -> None:
     (fn,) = trl_reward_funcs()
     extra = json.dumps({"answer": "[10, 20]", "question_type": "tvg"})
-    out = trl_call(fn, ["<think>Found the event.</think><answer>[15, 25]</answer>"],
-                   extra_info=[extra])  # fmt: skip
+    out = trl_call(
+        fn, ["<think>Found the event.</think><answer>[15, 25]</answer>"], extra_info=[extra]
+    )
     assert out == pytest.approx([1 / 3 + 1.0])
 
 
@@ -73,8 +82,11 @@ def test_trl_component_functions_sum_to_the_total_with_the_matching_weights() ->
     cfg = RewardConfig.paragrpo(gamma=0.5)
     funcs = trl_reward_funcs(cfg, components=True)
     assert [f.__name__ for f in funcs] == [
-        "paravt_accuracy", "paravt_format", "paravt_tool", "paravt_penalty"
-    ]  # fmt: skip
+        "paravt_accuracy",
+        "paravt_format",
+        "paravt_tool",
+        "paravt_penalty",
+    ]
     comps = [trl_call(f, [WITH_CALL + CALL], answer=["B"], question_type=["mcq"])[0] for f in funcs]
     (total_fn,) = trl_reward_funcs(cfg)
     total = trl_call(total_fn, [WITH_CALL + CALL], answer=["B"], question_type=["mcq"])[0]
@@ -84,8 +96,13 @@ def test_trl_component_functions_sum_to_the_total_with_the_matching_weights() ->
 def test_trl_total_function_logs_component_means() -> None:
     logged: dict[str, float] = {}
     (fn,) = trl_reward_funcs()
-    trl_call(fn, [GOOD, "x"], answer=["B", "B"], question_type=["mcq"] * 2,
-             log_metric=lambda name, value: logged.__setitem__(name, value))  # fmt: skip
+    trl_call(
+        fn,
+        [GOOD, "x"],
+        answer=["B", "B"],
+        question_type=["mcq"] * 2,
+        log_metric=lambda name, value: logged.__setitem__(name, value),
+    )
     assert logged["paravt/reward/accuracy"] == 0.5
     assert "paravt/flag/judge_unavailable" in logged
 
@@ -114,9 +131,14 @@ def test_verl_compute_score_called_like_the_naive_reward_manager() -> None:
 def test_verl_accepts_newer_keywords_and_reward_kwargs() -> None:
     # newer managers add step/tokenizer; custom_reward_function.reward_kwargs add preset/config
     out = compute_score(
-        data_source="paravt", solution_str=GOOD, ground_truth="B",
-        extra_info=json.dumps({"question_type": "mcq"}), step=3, tokenizer=None, preset="vanilla",
-    )  # fmt: skip
+        data_source="paravt",
+        solution_str=GOOD,
+        ground_truth="B",
+        extra_info=json.dumps({"question_type": "mcq"}),
+        step=3,
+        tokenizer=None,
+        preset="vanilla",
+    )
     assert out["score"] == pytest.approx(1.7)
     out = compute_score("paravt", GOOD, "B", {"question_type": "mcq"}, config={"format_weight": 0})
     assert out["score"] == pytest.approx(1.0)
@@ -148,8 +170,9 @@ def test_openrlhf_reward_func_called_with_queries_prompts_and_labels() -> None:
     assert out["rewards"].tolist() == pytest.approx([2.0, 0.6])
     assert out["scores"].tolist() == [1.0, 0.0]
     assert set(out["extra_logs"]) == {"accuracy", "format", "tool", "penalty"}
-    keyword = make_openrlhf_reward_func("vanilla")(queries=queries, prompts=[prompt] * 2,
-                                                   labels=labels)  # fmt: skip
+    keyword = make_openrlhf_reward_func("vanilla")(
+        queries=queries, prompts=[prompt] * 2, labels=labels
+    )
     assert keyword["rewards"].tolist() == pytest.approx([1.7, 0.4])
 
 

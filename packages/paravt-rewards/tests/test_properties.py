@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from hypothesis import given, settings
@@ -9,10 +10,27 @@ from hypothesis import strategies as st
 
 from paravt.rewards import RewardConfig, score
 
-TAGS = ["<think>", "</think>", "<answer>", "</answer>", "<tool_call>", "</tool_call>",
-        "<tool_code>", "</tool_code>", "<tool_response>", "<|im_start|>", "<|im_end|>",
-        '{"name": "crop_video", "arguments": {"start_time": 1, "end_time": 9}}',
-        "crop_video(1, 9)", "B", "(C)", "[10, 20]", "01:30", " ", "\n"]  # fmt: skip
+TAGS = [
+    "<think>",
+    "</think>",
+    "<answer>",
+    "</answer>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_code>",
+    "</tool_code>",
+    "<tool_response>",
+    "<|im_start|>",
+    "<|im_end|>",
+    '{"name": "crop_video", "arguments": {"start_time": 1, "end_time": 9}}',
+    "crop_video(1, 9)",
+    "B",
+    "(C)",
+    "[10, 20]",
+    "01:30",
+    " ",
+    "\n",
+]
 
 structured = st.lists(st.one_of(st.sampled_from(TAGS), st.text(max_size=30)), max_size=40).map(
     "".join
@@ -57,7 +75,7 @@ def test_token_anchoring_never_raises_and_sums_to_the_weighted_anchor(
     text: str, data: st.DataObject
 ) -> None:
     cuts = sorted(data.draw(st.sets(st.integers(0, len(text)), max_size=60)) | {0, len(text)})
-    offsets = [(a, b) for a, b in zip(cuts, cuts[1:])] or [(0, 0)]
+    offsets = [(a, b) for a, b in itertools.pairwise(cuts)] or [(0, 0)]
     config = RewardConfig.paragrpo(anchoring="token")
     r = score(text, "B", "mcq", config, token_offsets=offsets)
     assert r.token_rewards is not None and len(r.token_rewards) == len(offsets)

@@ -20,15 +20,13 @@ G = RewardConfig.paragrpo(gamma=0.5)
 
 T = "<think>I check the clip.</think>"  # a substantive (17-char) closed think
 CALL = (
-    '<tool_call>{"name": "crop_video", "arguments": {"start_time": 10, "end_time": 20}}'
-    "</tool_call>"
+    '<tool_call>{"name": "crop_video", "arguments": {"start_time": 10, "end_time": 20}}</tool_call>'
 )
 CODE = "<tool_code>crop_video(start_time=1, end_time=9)</tool_code>"
 BAD_JSON = "<tool_call>{name: crop_video}</tool_call>"
 UNKNOWN = '<tool_call>{"name": "zoom", "arguments": {}}</tool_call>'
 BAD_WINDOW = (
-    '<tool_call>{"name": "crop_video", "arguments": {"start_time": 20, "end_time": 10}}'
-    "</tool_call>"
+    '<tool_call>{"name": "crop_video", "arguments": {"start_time": 20, "end_time": 10}}</tool_call>'
 )
 RESP = "<tool_response>The red square appears at 12 s.</tool_response>"
 OPTS = ["blue circle", "red square", "green star"]
@@ -50,8 +48,17 @@ TABLE = [
     ("call-response-wrong", P, T + CALL + RESP + "<answer>C</answer>", "B", "mcq", 0, 1, 0.3, 1.3),
     ("call-wrong", P, T + CALL + "<answer>C</answer>", "B", "mcq", 0, 1, 0.1, 1.1),
     # V: acc 0, fmt 1.0, tool .3
-    ("call-response-wrong-vanilla", V, T + CALL + RESP + "<answer>C</answer>", "B", "mcq",
-     0, 1, 0.3, 1.3),  # fmt: skip
+    (
+        "call-response-wrong-vanilla",
+        V,
+        T + CALL + RESP + "<answer>C</answer>",
+        "B",
+        "mcq",
+        0,
+        1,
+        0.3,
+        1.3,
+    ),
     # think of 3 chars is not substantive: base .5+.1, no anchor
     ("short-think", P, "<think>hmm</think><answer>B</answer>", "B", "mcq", 1, 0.6, 0, 1.6),
     ("short-think-vanilla", V, "<think>hmm</think><answer>B</answer>", "B", "mcq", 1, 0.4, 0, 1.4),
@@ -64,10 +71,28 @@ TABLE = [
     # base 0, anchor -.15 -> clamped to 0
     ("unclosed-short-think", P, "<think>hi", "B", "mcq", 0, 0, 0, 0.0),
     # unclosed think, then a closed answer: base .2+.5 (unbalanced), anchor -.15 -> .55
-    ("think-runs-into-answer", P, "<think>I check the clip.<answer>B</answer>", "B", "mcq",
-     1, 0.55, 0, 1.55),  # fmt: skip
-    ("think-runs-into-answer-vanilla", V, "<think>I check the clip.<answer>B</answer>", "B",
-     "mcq", 1, 0.6, 0, 1.6),  # fmt: skip
+    (
+        "think-runs-into-answer",
+        P,
+        "<think>I check the clip.<answer>B</answer>",
+        "B",
+        "mcq",
+        1,
+        0.55,
+        0,
+        1.55,
+    ),
+    (
+        "think-runs-into-answer-vanilla",
+        V,
+        "<think>I check the clip.<answer>B</answer>",
+        "B",
+        "mcq",
+        1,
+        0.6,
+        0,
+        1.6,
+    ),
     # unclosed answer: no answer, no accuracy; base .2, anchor .4*.5
     ("unclosed-answer", P, T + "<answer>B", "B", "mcq", 0, 0.4, 0, 0.4),
     ("unclosed-answer-vanilla", V, T + "<answer>B", "B", "mcq", 0, 0.3, 0, 0.3),
@@ -79,18 +104,45 @@ TABLE = [
     # reference guard: 5 x <|im_start|> in under 300 chars scores 0 throughout
     ("chat-spam", P, "<|im_start|>" * 5 + "<answer>B</answer>", "B", "mcq", 0, 0, 0, 0.0),
     # 4 is not spam: base .5+.1
-    ("four-chat-tokens", P, "<|im_start|>" * 4 + "<answer>B</answer>", "B", "mcq",
-     1, 0.6, 0, 1.6),  # fmt: skip
+    (
+        "four-chat-tokens",
+        P,
+        "<|im_start|>" * 4 + "<answer>B</answer>",
+        "B",
+        "mcq",
+        1,
+        0.6,
+        0,
+        1.6,
+    ),
     # tIoU [10,20] vs [15,25]: 5 / 15
     ("tiou-third", P, T + "<answer>[10, 20]</answer>", "[15, 25]", "tvg", 1 / 3, 1, 0, 4 / 3),
-    ("tiou-third-vanilla", V, T + "<answer>[10, 20]</answer>", "[15, 25]", "tvg",
-     1 / 3, 0.7, 0, 0.7 + 1 / 3),  # fmt: skip
+    (
+        "tiou-third-vanilla",
+        V,
+        T + "<answer>[10, 20]</answer>",
+        "[15, 25]",
+        "tvg",
+        1 / 3,
+        0.7,
+        0,
+        0.7 + 1 / 3,
+    ),
     ("tiou-clock", P, T + "<answer>[00:10, 00:20]</answer>", [10, 20], "tvg", 1, 1, 0, 2.0),
     ("tiou-reversed", P, T + "<answer>[20, 10]</answer>", "[10, 20]", "tvg", 1, 1, 0, 2.0),
     # F1 "red square" vs "red circle" (articles dropped): P = R = 1/2
     ("f1-half", P, T + "<answer>a red square</answer>", "the red circle", "oe", 0.5, 1, 0, 1.5),
-    ("exact-after-normalisation", P, T + "<answer>The Red Square.</answer>", "red square", "oe",
-     1, 1, 0, 2.0),  # fmt: skip
+    (
+        "exact-after-normalisation",
+        P,
+        T + "<answer>The Red Square.</answer>",
+        "red square",
+        "oe",
+        1,
+        1,
+        0,
+        2.0,
+    ),
     ("mcq-parenthesised", P, T + "<answer>(B)</answer>", "B", "mcq", 1, 1, 0, 2.0),
     ("mcq-dotted", P, T + "<answer>B.</answer>", "B", "mcq", 1, 1, 0, 2.0),
     ("mcq-option-word", P, T + "<answer>Option B</answer>", "B", "mcq", 1, 1, 0, 2.0),
@@ -102,7 +154,17 @@ TABLE = [
     ("unknown-tool-gamma", G, T + UNKNOWN + "<answer>B</answer>", "B", "mcq", 1, 1, 0.6, 2.1),
     ("bad-window-gamma", G, T + BAD_WINDOW + "<answer>B</answer>", "B", "mcq", 1, 1, 0.6, 2.1),
     # 6 valid calls, cap 5: penalty 1/6 * 0.5
-    ("over-cap-gamma", G, T + CALL * 6 + "<answer>B</answer>", "B", "mcq", 1, 1, 0.6, 2.6 - 0.5 / 6),
+    (
+        "over-cap-gamma",
+        G,
+        T + CALL * 6 + "<answer>B</answer>",
+        "B",
+        "mcq",
+        1,
+        1,
+        0.6,
+        2.6 - 0.5 / 6,
+    ),
     ("leaked-tool-code", P, T + CODE + "<answer>B</answer>", "B", "mcq", 1, 1, 0.6, 2.6),
     # V: tool before think loses the .3 order bonus: .3+.3+.1
     ("call-before-think-vanilla", V, CALL + T + "<answer>B</answer>", "B", "mcq", 1, 0.7, 0.6, 2.3),

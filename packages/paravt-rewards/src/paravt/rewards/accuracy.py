@@ -11,13 +11,13 @@ import re
 import string
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from typing import Any
 
 from paravt.core import parse_time_s
 
 MAX_ANSWER_CHARS = 16_384  # answers longer than this are graded on their first 16 KiB
 
-Options = Union[Sequence[str], Mapping[str, str], None]
+Options = Sequence[str] | Mapping[str, str] | None
 
 _ARTICLES = re.compile(r"\b(?:a|an|the)\b")
 _PUNCT = str.maketrans("", "", string.punctuation)

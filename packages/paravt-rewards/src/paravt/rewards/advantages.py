@@ -111,7 +111,9 @@ def _groups(n: int, group_size: int | None, group_ids: Sequence[object] | None) 
     return [list(range(s, s + group_size)) for s in range(0, n, group_size)]
 
 
-def batch_normalize(values: Sequence[float], eps: float = 1e-5, unbiased: bool = True) -> list[float]:
+def batch_normalize(
+    values: Sequence[float], eps: float = 1e-5, unbiased: bool = True
+) -> list[float]:
     """`(v - mean) / (std + eps)` over the whole batch; all-equal values give zeros."""
     m, std = _mean(values), _std(values, unbiased)
     if std == 0.0:

@@ -23,7 +23,6 @@ from bisect import bisect_right
 from collections.abc import Sequence
 
 from paravt.core import ParsedResponse, TagSpan
-
 from paravt.rewards.terms import (
     ANCHOR_CLOSE_THINK,
     ANCHOR_FLOW,

@@ -10,6 +10,10 @@ AccuracyMode = Literal["mcq", "exact", "f1", "temporal_iou", "llm"]
 AnchoringForm = Literal["sequence", "token"]
 
 
+def _default_accuracy_modes() -> dict[str, AccuracyMode]:
+    return {"mcq": "mcq", "tvg": "temporal_iou"}
+
+
 class JudgeConfig(BaseModel):
     """An LLM judge behind an OpenAI-compatible `/chat/completions` endpoint."""
 
@@ -50,7 +54,7 @@ class RewardConfig(BaseModel):
     tool_reward: bool = Field(True, description="Add the graduated tool reward R_tool.")
 
     accuracy_modes: dict[str, AccuracyMode] = Field(
-        default_factory=lambda: {"mcq": "mcq", "tvg": "temporal_iou"},
+        default_factory=_default_accuracy_modes,
         description="Accuracy mode per question type; types not listed use default_accuracy.",
     )
     default_accuracy: AccuracyMode = Field(
@@ -81,7 +85,10 @@ class RewardConfig(BaseModel):
         0.1, ge=0, le=1, description="Format credit when every tag pair balances."
     )
     lambda_anchor: float = Field(
-        0.5, ge=0, le=2, description="Scale of the selective-anchoring reward R_anchor; 0 disables it."
+        0.5,
+        ge=0,
+        le=2,
+        description="Scale of the selective-anchoring reward R_anchor; 0 disables it.",
     )
     anchoring: AnchoringForm = Field(
         "sequence",

@@ -20,7 +20,9 @@ class NFramesGate(BaseModel):
     choices: tuple[int, ...] = Field(
         (4, 8, 16, 32, 64), min_length=1, description="Overview frame budgets drawn uniformly."
     )
-    seed: int = Field(0, description="Changes every prompt's draw; fixed per run for reproducibility.")
+    seed: int = Field(
+        0, description="Changes every prompt's draw; fixed per run for reproducibility."
+    )
     enabled: bool = Field(True, description="Off: every prompt gets `default` frames.")
     default: int = Field(64, ge=1, description="The budget when gating is off (reference: 64).")
 

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from paravt.core import Episode, ParsedResponse, parse_response
-
 from paravt.rewards.accuracy import (
     Options,
     as_text,

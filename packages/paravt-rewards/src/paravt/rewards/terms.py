@@ -12,8 +12,12 @@ from dataclasses import dataclass
 from paravt.core import IssueKind, ParsedResponse
 
 CHAT_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>")
-PAIRS = (("<think>", "</think>"), ("<tool_call>", "</tool_call>"),
-         ("<tool_code>", "</tool_code>"), ("<answer>", "</answer>"))  # fmt: skip
+PAIRS = (
+    ("<think>", "</think>"),
+    ("<tool_call>", "</tool_call>"),
+    ("<tool_code>", "</tool_code>"),
+    ("<answer>", "</answer>"),
+)
 TOOL_OPEN = ("<tool_call>", "<tool_code>")
 MAX_REPEAT_UNIT = 64
 
@@ -123,9 +127,14 @@ def tool_reward(parseable: bool, responded: bool, accuracy: float) -> float:
 
 
 INVALID_CALL_ISSUES = frozenset(
-    {IssueKind.INVALID_JSON, IssueKind.INVALID_CALL, IssueKind.EMPTY_TOOL_CALL,
-     IssueKind.UNKNOWN_TOOL, IssueKind.INVALID_ARGUMENTS}
-)  # fmt: skip
+    {
+        IssueKind.INVALID_JSON,
+        IssueKind.INVALID_CALL,
+        IssueKind.EMPTY_TOOL_CALL,
+        IssueKind.UNKNOWN_TOOL,
+        IssueKind.INVALID_ARGUMENTS,
+    }
+)
 
 
 def invalid_calls(parsed: ParsedResponse, max_calls_per_turn: int) -> tuple[int, int]:

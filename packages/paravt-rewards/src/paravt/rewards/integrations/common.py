@@ -97,9 +97,7 @@ def completion_text(completion: Any) -> str:
         if isinstance(content, str):
             text = content
         elif isinstance(content, Sequence):
-            text = "".join(
-                str(p.get("text", "")) for p in content if isinstance(p, Mapping)
-            )
+            text = "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
         else:
             text = ""
         if message.get("role") == "tool":
@@ -145,7 +143,9 @@ def resolve_config(config: RewardConfig | Mapping[str, Any] | str | None) -> Rew
         return config
     if config is None:
         config = "paragrpo"
-    key = config if isinstance(config, str) else json.dumps(dict(config), sort_keys=True, default=str)
+    key = (
+        config if isinstance(config, str) else json.dumps(dict(config), sort_keys=True, default=str)
+    )
     cached = _CONFIGS.get(key)
     if cached is not None:
         return cached
