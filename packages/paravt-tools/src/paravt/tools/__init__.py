@@ -1,10 +1,58 @@
-"""paravt.tools: Fast, safe temporal cropping (crop_video) and synthetic long-video tasks for ParaVT."""
+"""paravt.tools: fast, safe temporal cropping (`crop_video`) and synthetic long-video tasks.
+
+Decoding uses torchcodec (FFmpeg); torch and torchcodec are imported when frames are decoded.
+"""
 
 from importlib.metadata import PackageNotFoundError, version
+
+from paravt.tools.crop import (
+    CacheStats,
+    CropConfig,
+    CropVideoTool,
+    FrameCache,
+    VideoReader,
+    default_reader,
+    frames_tensor,
+    read_overview,
+)
+from paravt.tools.sampling import (
+    MAX_PIXELS,
+    MIN_PIXELS,
+    Sample,
+    crop_sample,
+    crop_timestamps,
+    overview_sample,
+    overview_timestamps,
+    resize_frames,
+    smart_resize,
+)
+from paravt.tools.video import VideoError, VideoInfo, probe
 
 try:
     __version__ = version("paravt-tools")
 except PackageNotFoundError:  # running from a source tree without an install
     __version__ = "0+unknown"
 
-__all__ = ["__version__"]
+__all__ = [
+    "MAX_PIXELS",
+    "MIN_PIXELS",
+    "CacheStats",
+    "CropConfig",
+    "CropVideoTool",
+    "FrameCache",
+    "Sample",
+    "VideoError",
+    "VideoInfo",
+    "VideoReader",
+    "__version__",
+    "crop_sample",
+    "crop_timestamps",
+    "default_reader",
+    "frames_tensor",
+    "overview_sample",
+    "overview_timestamps",
+    "probe",
+    "read_overview",
+    "resize_frames",
+    "smart_resize",
+]
