@@ -30,6 +30,7 @@ TEST_TOOLS = [
     "pytest>=8",
     "hypothesis>=6.100",
     "pytest-timeout>=2.3",
+    "av>=12",  # paravt-tools: independent decodes of real clips
     "nox>=2024.10.9",
     *RELEASE_TOOLS,
 ]
@@ -144,7 +145,7 @@ def install_isolated(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks: each bench/bench_*.py writes bench/results/<name>.json and prints a table."""
     _install_workspace(session)
-    session.install("rich>=13")
+    session.install("rich>=13", "qwen-vl-utils==0.0.14")  # the reference decode path
     scripts = sorted((ROOT / "bench").glob("bench_*.py"))
     wanted = set(session.posargs)
     for script in scripts:
