@@ -33,8 +33,15 @@ def test_the_demo_runs_an_episode_prints_it_and_writes_episode_json(
 ) -> None:
     out = tmp_path / "demo"
     code = main(
-        ["demo", "--out", str(out), "--cache-dir", str(tiny_model_path.parent),
-         "--max-new-tokens", "6"]
+        [
+            "demo",
+            "--out",
+            str(out),
+            "--cache-dir",
+            str(tiny_model_path.parent),
+            "--max-new-tokens",
+            "6",
+        ]
     )
     assert code == 0
     printed = capsys.readouterr().out
@@ -54,8 +61,19 @@ def test_the_demo_in_frames_mode_returns_frames_into_the_main_context(
     tiny_model_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = main(
-        ["demo", "--out", str(tmp_path), "--cache-dir", str(tiny_model_path.parent),
-         "--tool-response", "frames", "--max-new-tokens", "4", "--temperature", "0"]
+        [
+            "demo",
+            "--out",
+            str(tmp_path),
+            "--cache-dir",
+            str(tiny_model_path.parent),
+            "--tool-response",
+            "frames",
+            "--max-new-tokens",
+            "4",
+            "--temperature",
+            "0",
+        ]
     )
     assert code == 0
     data = json.loads((tmp_path / "episode.json").read_text())

@@ -14,10 +14,10 @@ import pytest
 
 pytest.importorskip("transformers")
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-from paravt.core import (  # noqa: E402
+from paravt.core import (
     THINK_PREFIX,
     AgentConfig,
     AgentTask,
@@ -30,9 +30,9 @@ from paravt.core import (  # noqa: E402
     build_main_prompt,
     run_episodes,
 )
-from paravt.core.engines.hf import HFEngine  # noqa: E402
-from paravt.core.engines.scripted import ScriptedTurns  # noqa: E402
-from paravt.core.testing import StaticToolbox  # noqa: E402
+from paravt.core.engines.hf import HFEngine
+from paravt.core.engines.scripted import ScriptedTurns
+from paravt.core.testing import StaticToolbox
 
 FIRST_TURN = (
     "The overview is not enough, I look at two windows.</think>\n"
@@ -118,7 +118,9 @@ def test_two_turn_episodes_record_exactly_what_was_generated(
         assert sum(main.loss_mask) == sum(t.num_tokens for t in ep.turns)
         for ids, turn in zip(runs, ep.turns):
             assert len(ids) == turn.num_tokens
-            text = tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+            text = tokenizer.decode(
+                ids, skip_special_tokens=True, clean_up_tokenization_spaces=False
+            )
             assert THINK_PREFIX + text == turn.response
         assert ep.turns[0].response == THINK_PREFIX + FIRST_TURN
         # The second turn is the model's own sample, with real logprobs.
@@ -131,8 +133,9 @@ def test_two_turn_episodes_record_exactly_what_was_generated(
         assistant = [i for i, m in enumerate(main.messages) if m.role == "assistant"]
         first_gen = scripted.scripted[episodes.index(ep)][1]
         pieces = (
-            hf_engine.encode_prompt(main.messages[: assistant[0]], assistant_prefix=THINK_PREFIX)
-            .token_ids
+            hf_engine.encode_prompt(
+                main.messages[: assistant[0]], assistant_prefix=THINK_PREFIX
+            ).token_ids
             + first_gen.token_ids
             + hf_engine.encode_continuation(
                 main.messages[assistant[0] + 1 : assistant[1]],
@@ -144,7 +147,9 @@ def test_two_turn_episodes_record_exactly_what_was_generated(
         assert main.token_ids == pieces
         # ... and, for the scripted (canonically tokenized) turn, a fresh encode of the whole
         # conversation so far gives the very same ids and images.
-        fresh = hf_engine.encode_prompt(main.messages[: assistant[1]], assistant_prefix=THINK_PREFIX)
+        fresh = hf_engine.encode_prompt(
+            main.messages[: assistant[1]], assistant_prefix=THINK_PREFIX
+        )
         assert fresh.token_ids == main.token_ids[:second_start]
         assert len(fresh.media) == len(main.media)
         for a, b in zip(fresh.media, main.media):

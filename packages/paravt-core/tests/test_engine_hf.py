@@ -12,11 +12,11 @@ import pytest
 
 pytest.importorskip("transformers")
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-from paravt.core import Generated, ImagePart, Message, SamplingParams, TextPart, Trajectory  # noqa: E402
-from paravt.core.engines.hf import HFEngine, ImageChunk  # noqa: E402
+from paravt.core import Generated, ImagePart, Message, SamplingParams, TextPart, Trajectory
+from paravt.core.engines.hf import HFEngine, ImageChunk
 
 FAST = SamplingParams(max_new_tokens=6)
 

@@ -16,10 +16,10 @@ import pytest
 pytest.importorskip("httpx")
 pytest.importorskip("PIL")
 
-import numpy as np  # noqa: E402
-from PIL import Image  # noqa: E402
+import numpy as np
+from PIL import Image
 
-from paravt.core import (  # noqa: E402
+from paravt.core import (
     AgentConfig,
     AgentTask,
     Frame,
@@ -31,8 +31,8 @@ from paravt.core import (  # noqa: E402
     build_main_prompt,
     run_episodes,
 )
-from paravt.core.engines.openai import OpenAIEngine, image_data_url  # noqa: E402
-from paravt.core.testing import StaticToolbox  # noqa: E402
+from paravt.core.engines.openai import OpenAIEngine, image_data_url
+from paravt.core.testing import StaticToolbox
 
 Reply = Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]
 

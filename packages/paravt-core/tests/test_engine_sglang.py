@@ -10,10 +10,10 @@ import pytest
 
 pytest.importorskip("transformers")
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-from paravt.core import (  # noqa: E402
+from paravt.core import (
     AgentConfig,
     AgentTask,
     Frame,
@@ -25,8 +25,8 @@ from paravt.core import (  # noqa: E402
     build_main_prompt,
     run_episodes,
 )
-from paravt.core.engines.sglang import SGLangEngine  # noqa: E402
-from paravt.core.testing import StaticToolbox  # noqa: E402
+from paravt.core.engines.sglang import SGLangEngine
+from paravt.core.testing import StaticToolbox
 
 
 class StandInSGLang:

@@ -10,21 +10,19 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from paravt.core.tiny import (  # noqa: E402
+from paravt.core.tiny import (
     CHAT_SPECIAL_TOKENS,
     MARKER_FILE,
     PROTOCOL_TAGS,
     TinyQwen3VLConfig,
-    build_tokenizer,
     build_tiny_qwen3vl,
+    build_tokenizer,
     cached_tiny_qwen3vl,
 )
 
 
 def _digest(path: Path) -> dict[str, str]:
-    return {
-        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.iterdir())
-    }
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.iterdir())}
 
 
 @pytest.mark.slow

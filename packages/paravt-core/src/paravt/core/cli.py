@@ -149,21 +149,27 @@ def episode_to_dict(episode: Episode) -> dict[str, Any]:
 
 
 def _plain_report(episode: Episode) -> str:
-    lines = [f"Episode {episode.key!r}: {len(episode.turns)} turns, "
-             f"{episode.num_tool_calls} tool calls executed, {episode.num_tool_errors} errors"]
+    lines = [
+        f"Episode {episode.key!r}: {len(episode.turns)} turns, "
+        f"{episode.num_tool_calls} tool calls executed, {episode.num_tool_errors} errors"
+    ]
     for t in episode.turns:
         lines.append(f"--- main turn {t.turn} ({t.num_tokens} tokens, {t.finish_reason})")
         lines.append(t.response)
         for c in t.calls:
             status = "ran" if c.executed else "not run"
             window = f" window {c.window_s[0]:g}-{c.window_s[1]:g} s" if c.window_s else ""
-            lines.append(f"  call {c.index} [{status}]{window} frames={c.num_frames}"
-                         + (f" error: {c.error}" if c.error else ""))
+            lines.append(
+                f"  call {c.index} [{status}]{window} frames={c.num_frames}"
+                + (f" error: {c.error}" if c.error else "")
+            )
             if c.summary is not None:
                 lines.append(f"    sub-agent summary: {c.summary!r}")
     main = episode.main
-    lines.append(f"main trajectory: {len(main.token_ids)} tokens, {main.num_generated} generated, "
-                 f"{len(main.media)} images; sub-agents: {len(episode.subagents)}")
+    lines.append(
+        f"main trajectory: {len(main.token_ids)} tokens, {main.num_generated} generated, "
+        f"{len(main.media)} images; sub-agents: {len(episode.subagents)}"
+    )
     lines.append(f"answer: {episode.answer!r}")
     return "\n".join(lines)
 
@@ -242,8 +248,8 @@ def run_demo(
     )
     config = AgentConfig(
         max_turns=2,
-        dispatch=dispatch,  # type: ignore[arg-type]
-        tool_response=tool_response,  # type: ignore[arg-type]
+        dispatch=dispatch,
+        tool_response=tool_response,
         sampling=SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed),
         subagent_sampling=SamplingParams(
             max_new_tokens=max_new_tokens, temperature=temperature, seed=seed + 1
@@ -251,7 +257,11 @@ def run_demo(
     )
     (episode,) = run_episodes_sync([task], engine, config)
     out.mkdir(parents=True, exist_ok=True)
-    data = {"model_path": str(model_path), "config": config.model_dump(), **episode_to_dict(episode)}
+    data = {
+        "model_path": str(model_path),
+        "config": config.model_dump(),
+        **episode_to_dict(episode),
+    }
     (out / "episode.json").write_text(json.dumps(data, indent=2) + "\n")
     return episode
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import shutil
@@ -121,12 +122,71 @@ def _synthetic_corpus(rng: random.Random, lines: int) -> list[str]:
     fixed.append(system_prompt("agentic_general", include_video_path=True))
     fixed.append(FINAL_ANSWER_NOTE)
     words = " ".join(fixed).replace("\n", " ").split()
-    words += (
-        "red green blue yellow square circle person car dog walks runs opens door kitchen table "
-        "the a an is are was at in on of to from and then after before first last seconds frames "
-        "video window overview question answer option which when where what who how many color "
-        "appears shows holds moves left right top bottom start end time helper look closer"
-    ).split()
+    words += [
+        "red",
+        "green",
+        "blue",
+        "yellow",
+        "square",
+        "circle",
+        "person",
+        "car",
+        "dog",
+        "walks",
+        "runs",
+        "opens",
+        "door",
+        "kitchen",
+        "table",
+        "the",
+        "a",
+        "an",
+        "is",
+        "are",
+        "was",
+        "at",
+        "in",
+        "on",
+        "of",
+        "to",
+        "from",
+        "and",
+        "then",
+        "after",
+        "before",
+        "first",
+        "last",
+        "seconds",
+        "frames",
+        "video",
+        "window",
+        "overview",
+        "question",
+        "answer",
+        "option",
+        "which",
+        "when",
+        "where",
+        "what",
+        "who",
+        "how",
+        "many",
+        "color",
+        "appears",
+        "shows",
+        "holds",
+        "moves",
+        "left",
+        "right",
+        "top",
+        "bottom",
+        "start",
+        "end",
+        "time",
+        "helper",
+        "look",
+        "closer",
+    ]
     syllables = ["ka", "lo", "mi", "ne", "ru", "ta", "vo", "si", "pe", "da", "gu", "zo", "qu", "ix"]
     corpus = list(fixed)
     for _ in range(lines):
@@ -138,7 +198,9 @@ def _synthetic_corpus(rng: random.Random, lines: int) -> list[str]:
             if rng.random() < 0.3:
                 args["num_frames"] = rng.randint(1, 16)
             corpus.append(
-                "<tool_call>" + json.dumps({"name": "crop_video", "arguments": args}) + "</tool_call>"
+                "<tool_call>"
+                + json.dumps({"name": "crop_video", "arguments": args})
+                + "</tool_call>"
             )
         elif kind == 1:
             stamps = " ".join(f"<{rng.uniform(0, 900):.1f} seconds>" for _ in range(6))
@@ -147,7 +209,9 @@ def _synthetic_corpus(rng: random.Random, lines: int) -> list[str]:
             sentence = " ".join(rng.choice(words) for _ in range(rng.randint(6, 24)))
             corpus.append(f"<think>\n{sentence}.</think>\n<answer>{rng.choice('ABCD')}</answer>")
         elif kind == 3:
-            made_up = ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 4))) for _ in range(8)]
+            made_up = [
+                "".join(rng.choice(syllables) for _ in range(rng.randint(1, 4))) for _ in range(8)
+            ]
             corpus.append(" ".join(made_up).capitalize() + ".")
         else:
             corpus.append(" ".join(rng.choice(words) for _ in range(rng.randint(8, 30))))
@@ -212,7 +276,7 @@ def build_tiny_qwen3vl(
     config = config or TinyQwen3VLConfig()
     if config.head_dim % 4:
         raise ValueError(f"head_dim {config.head_dim} must be divisible by 4 for M-RoPE sections")
-    side = int(round(config.num_position_embeddings**0.5))
+    side = math.isqrt(config.num_position_embeddings)
     if side * side != config.num_position_embeddings:
         raise ValueError(
             f"num_position_embeddings {config.num_position_embeddings} must be a perfect square"

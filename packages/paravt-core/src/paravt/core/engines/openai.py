@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from paravt.core.protocol import ImagePart, Message
-from paravt.core.runtime import Encoded, Generated, SamplingParams, Trajectory
+from paravt.core.runtime import Encoded, FinishReason, Generated, SamplingParams, Trajectory
 
 _TOKEN_ID_PREFIX = "token_id:"
 
@@ -173,9 +173,11 @@ class OpenAIEngine:
         try:
             choice = payload["choices"][0]
         except (KeyError, IndexError, TypeError):
-            raise RuntimeError(f"OpenAIEngine: {url} returned no choices: {str(payload)[:300]}") from None
+            raise RuntimeError(
+                f"OpenAIEngine: {url} returned no choices: {str(payload)[:300]}"
+            ) from None
         text = (choice.get("message") or {}).get("content") or ""
-        reason = "length" if choice.get("finish_reason") == "length" else "stop"
+        reason: FinishReason = "length" if choice.get("finish_reason") == "length" else "stop"
         token_ids: list[int] = []
         logprobs: list[float] | None = None
         entries = ((choice.get("logprobs") or {}).get("content")) or []

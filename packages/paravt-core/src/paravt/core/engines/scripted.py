@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from paravt.core.runtime import Encoded, Generated, SamplingParams, Trajectory
 from paravt.core.protocol import Message
+from paravt.core.runtime import Encoded, Generated, SamplingParams, Trajectory
 
 
 class _TokenEngine(Protocol):
@@ -53,12 +53,12 @@ class ScriptedTurns:
             )
 
     def encode_prompt(self, messages: Sequence[Message], *, assistant_prefix: str = "") -> Encoded:
-        return self.engine.encode_prompt(messages, assistant_prefix=assistant_prefix)  # type: ignore[no-any-return]
+        return self.engine.encode_prompt(messages, assistant_prefix=assistant_prefix)
 
     def encode_continuation(
         self, messages: Sequence[Message], *, previous: Generated, assistant_prefix: str = ""
     ) -> Encoded:
-        return self.engine.encode_continuation(  # type: ignore[no-any-return]
+        return self.engine.encode_continuation(
             messages, previous=previous, assistant_prefix=assistant_prefix
         )
 

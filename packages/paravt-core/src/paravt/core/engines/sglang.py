@@ -95,7 +95,9 @@ class SGLangEngine(HFChatEncoder):
         images = []
         for chunk in chunks:
             if chunk.image is None:
-                raise ValueError("an image was encoded without its frame; use this engine's encoder")
+                raise ValueError(
+                    "an image was encoded without its frame; use this engine's encoder"
+                )
             images.append(Image.fromarray(chunk.image.permute(1, 2, 0).cpu().numpy()))
         return images
 
@@ -124,7 +126,9 @@ class SGLangEngine(HFChatEncoder):
             logprobs = None
         reason = (meta.get("finish_reason") or {}).get("type")
         if reason == "abort":
-            raise RuntimeError(f"SGLangEngine: the request was aborted: {meta.get('finish_reason')}")
+            raise RuntimeError(
+                f"SGLangEngine: the request was aborted: {meta.get('finish_reason')}"
+            )
         # Our contract: ids up to and including the end-of-turn token, nothing after.
         for k, tid in enumerate(ids):
             if tid in self.eos_token_ids:
