@@ -156,8 +156,8 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def train_smoke(session: nox.Session) -> None:
-    """The main job. Until paravt-train lands: the core demo episode on the tiny Qwen3-VL."""
+    """The main job: tiny Qwen3-VL -> synthetic tasks -> SFT -> PARA-GRPO -> runs/smoke/summary.md."""
     _install_workspace(session)
     out = ROOT / "runs" / "smoke"
     shutil.rmtree(out, ignore_errors=True)
-    session.run("paravt-core", "demo", "--out", str(out))
+    session.run("paravt-train", "smoke", "--out", str(out), env={"HF_HUB_OFFLINE": "1"})
