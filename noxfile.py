@@ -32,6 +32,7 @@ TEST_TOOLS = [
     "pytest-timeout>=2.3",
     "av>=12",  # paravt-tools: independent decodes of real clips
     "nox>=2024.10.9",
+    "trl==1.16.0",  # paravt-rewards: a real GRPOTrainer run with our reward functions
     *RELEASE_TOOLS,
 ]
 
