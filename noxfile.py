@@ -162,3 +162,22 @@ def train_smoke(session: nox.Session) -> None:
     out = ROOT / "runs" / "smoke"
     shutil.rmtree(out, ignore_errors=True)
     session.run("paravt-train", "smoke", "--out", str(out), env={"HF_HUB_OFFLINE": "1"})
+
+
+@nox.session
+def reproduce(session: nox.Session) -> None:
+    """Paper Table 1 / Table 2 layouts on the synthetic benchmark -> runs/reproduce/ (md, json, png).
+
+    Finished (model, task) cells are kept and skipped on a re-run; pass `paravt-eval reproduce`
+    flags after `--` (e.g. `-- --checkpoints base=...,para_grpo=...`).
+    """
+    _install_workspace(session)
+    out = ROOT / "runs" / "reproduce"
+    session.run(
+        "paravt-eval",
+        "reproduce",
+        "--out",
+        str(out),
+        *session.posargs,
+        env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+    )

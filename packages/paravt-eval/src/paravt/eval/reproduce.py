@@ -547,7 +547,3 @@ def run_reproduce(config: ReproduceConfig) -> ReproduceResult:
     draw_chart(tables, chart)
     return ReproduceResult(md, js, chart, tables)
 
-
-def clean(out: Path) -> None:
-    """Remove a previous reproduction (cells, runs, traces), keeping nothing."""
-    shutil.rmtree(out, ignore_errors=True)
