@@ -370,9 +370,18 @@ class HFEngine(HFChatEncoder):
         temperature = 1.0 if greedy else sampling.temperature
         # Logprob of each sampled token under the raw logits / temperature (before top-p/top-k or
         # suppression), the quantity a trainer recomputes from the same model.
-        steps = torch.stack([lg.float() for lg in out.logits], dim=1).cpu()  # (B, T, V)
-        logprobs = torch.log_softmax(steps / temperature, dim=-1)
-        picked = logprobs.gather(-1, new[:, : steps.shape[1], None]).squeeze(-1)
+        # One step at a time, so no (batch, steps, vocab) tensor is ever materialised.
+        sampled = out.sequences[:, width:]
+        picked = torch.stack(
+            [
+                torch.log_softmax(lg.float() / temperature, dim=-1)
+                .gather(-1, sampled[:, t : t + 1])
+                .squeeze(-1)
+                for t, lg in enumerate(out.logits)
+            ],
+            dim=1,
+        ).cpu()
+        del out
         eos = torch.tensor(self.eos_token_ids)
         results: list[Generated] = []
         for i in range(len(rows)):
