@@ -60,8 +60,20 @@ def synth_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`paravt-tools synth` output: short synthetic videos with MCQ, grounding and OE rows."""
     out = tmp_path_factory.mktemp("synth")
     subprocess.run(
-        [PY, "-m", "paravt.tools", "synth", "--out", str(out), "--n", "4", "--duration", "20",
-         "--seed", "0"],
+        [
+            PY,
+            "-m",
+            "paravt.tools",
+            "synth",
+            "--out",
+            str(out),
+            "--n",
+            "4",
+            "--duration",
+            "20",
+            "--seed",
+            "0",
+        ],
         check=True,
     )
     return out

@@ -15,21 +15,49 @@ FAST = ["--nframes", "4", "--max-new-tokens", "16", "--max-pixels", "4096"]
 
 @pytest.mark.slow
 def test_ask_prints_the_episode_of_the_tiny_model_on_bikes(tiny_model, bikes_mp4, offline_env):
-    cmd = [sys.executable, "-m", "paravt.eval.cli", "ask", "--model", str(tiny_model),
-           "--video", str(bikes_mp4), "How many bikes are there?", *FAST]
+    cmd = [
+        sys.executable,
+        "-m",
+        "paravt.eval.cli",
+        "ask",
+        "--model",
+        str(tiny_model),
+        "--video",
+        str(bikes_mp4),
+        "How many bikes are there?",
+        *FAST,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=offline_env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout
-    for expected in ("paravt ask", "bikes.mp4", "10.0 s", "4 frames", "turn 1", "result",
-                     "tool calls", "prepare"):
+    for expected in (
+        "paravt ask",
+        "bikes.mp4",
+        "10.0 s",
+        "4 frames",
+        "turn 1",
+        "result",
+        "tool calls",
+        "prepare",
+    ):
         assert expected in out, out
 
 
 @pytest.mark.slow
 def test_ask_json_describes_a_synthetic_video_episode(tiny_model, synth_dir, capsys):
     video = sorted(synth_dir.rglob("*.mp4"))[0]
-    code = main(["ask", "--model", str(tiny_model), "--video", str(video), "--json",
-                 "What colour is the shape?", *FAST])
+    code = main(
+        [
+            "ask",
+            "--model",
+            str(tiny_model),
+            "--video",
+            str(video),
+            "--json",
+            "What colour is the shape?",
+            *FAST,
+        ]
+    )
     assert code == 0
     trace = json.loads(capsys.readouterr().out)
     assert trace["error"] is None
@@ -41,8 +69,18 @@ def test_ask_json_describes_a_synthetic_video_episode(tiny_model, synth_dir, cap
 
 
 def test_ask_on_a_missing_video_reports_the_error_and_fails(tiny_model, tmp_path, capsys):
-    code = main(["ask", "--model", str(tiny_model), "--video", str(tmp_path / "nope.mp4"),
-                 "--json", "q?", *FAST])
+    code = main(
+        [
+            "ask",
+            "--model",
+            str(tiny_model),
+            "--video",
+            str(tmp_path / "nope.mp4"),
+            "--json",
+            "q?",
+            *FAST,
+        ]
+    )
     assert code == 1
     trace = json.loads(capsys.readouterr().out)
     assert "nope.mp4" in trace["error"] and "does not exist" in trace["error"]

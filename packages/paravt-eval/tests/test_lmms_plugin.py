@@ -33,13 +33,21 @@ def test_a_chat_request_yields_the_samples_own_video_and_its_question():
     from paravt.eval.lmms_model import sample_from_messages
 
     messages = [
-        {"role": "user", "content": [
-            {"type": "video", "url": "/data/v1.mp4"},
-            {"type": "text", "text": "Which colour?\nA. red\nB. blue"},
-        ]}
+        {
+            "role": "user",
+            "content": [
+                {"type": "video", "url": "/data/v1.mp4"},
+                {"type": "text", "text": "Which colour?\nA. red\nB. blue"},
+            ],
+        }
     ]
     s = sample_from_messages(messages, task="t", doc_id=3, doc={})
-    assert (s.video, s.question, s.key, s.doc_id) == ("/data/v1.mp4", "Which colour?\nA. red\nB. blue", "t/3", 3)
+    assert (s.video, s.question, s.key, s.doc_id) == (
+        "/data/v1.mp4",
+        "Which colour?\nA. red\nB. blue",
+        "t/3",
+        3,
+    )
     with pytest.raises(ValueError, match="no video part"):
         sample_from_messages([{"role": "user", "content": "text only"}], task="t", doc_id=0, doc={})
 
@@ -49,7 +57,10 @@ def test_task_scores_read_tool_use_from_the_recorded_trace():
     assert tool_scores(doc) == {"avg_tool_calls": 0.0, "tool_usage_rate": 0.0, "errored": 0.0}
     record_trace(doc, SampleTrace("paravt_synth_mcq", 0, "/v.mp4", "q", "B", num_tool_calls=3))
     assert process_mcq(doc, ["B"]) == {
-        "accuracy": 1.0, "avg_tool_calls": 3.0, "tool_usage_rate": 1.0, "errored": 0.0
+        "accuracy": 1.0,
+        "avg_tool_calls": 3.0,
+        "tool_usage_rate": 1.0,
+        "errored": 0.0,
     }
     assert process_mcq(doc, ["The answer is C"])["accuracy"] == 0.0
     g = {"id": "g1", "question": "when?", "answer": "[10, 20]", "video": "/v.mp4"}
@@ -78,11 +89,21 @@ def test_the_lmms_eval_cli_runs_paravt_on_four_synthetic_mcq_samples(
 ):
     out = tmp_path / "out"
     cmd = [
-        sys.executable, "-m", "lmms_eval", "--model", "paravt",
-        "--model_args", f"pretrained={tiny_model},main_nframes=4,max_new_tokens=24,"
+        sys.executable,
+        "-m",
+        "lmms_eval",
+        "--model",
+        "paravt",
+        "--model_args",
+        f"pretrained={tiny_model},main_nframes=4,max_new_tokens=24,"
         "subagent_max_new_tokens=8,max_pixels=4096",
-        "--tasks", "paravt_synth_mcq", "--include_path", str(task_dir),
-        "--output_path", str(out), "--log_samples",
+        "--tasks",
+        "paravt_synth_mcq",
+        "--include_path",
+        str(task_dir),
+        "--output_path",
+        str(out),
+        "--log_samples",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=offline_env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -97,14 +118,18 @@ def test_the_lmms_eval_cli_runs_paravt_on_four_synthetic_mcq_samples(
     by_id = {t["doc_id"]: t for t in traces}
     expected_acc = sum(mcq_score(by_id[i]["response"], d["answer"]) for i, d in enumerate(docs)) / n
     assert results["accuracy,none"] == pytest.approx(expected_acc)
-    assert results["avg_tool_calls,none"] == pytest.approx(sum(t["num_tool_calls"] for t in traces) / n)
+    assert results["avg_tool_calls,none"] == pytest.approx(
+        sum(t["num_tool_calls"] for t in traces) / n
+    )
     assert results["tool_usage_rate,none"] == pytest.approx(
         sum(t["num_tool_calls"] > 0 for t in traces) / n
     )
     assert results["errored,none"] == sum(t["error"] is not None for t in traces) == 0
     summary = json.loads(trace_file.with_name(trace_file.stem + ".summary.json").read_text())
     assert summary["paravt_synth_mcq"]["samples"] == 4
-    assert summary["paravt_synth_mcq"]["avg_tool_calls"] == pytest.approx(results["avg_tool_calls,none"])
+    assert summary["paravt_synth_mcq"]["avg_tool_calls"] == pytest.approx(
+        results["avg_tool_calls,none"]
+    )
 
 
 @pytest.mark.slow
@@ -117,12 +142,19 @@ def test_tool_calls_of_an_episode_reach_the_lmms_eval_metrics(tiny_model, task_d
     from paravt.eval.lmms_model import ParaVT
 
     lm = ParaVT(
-        pretrained=str(tiny_model), main_nframes=4, max_new_tokens=16, subagent_max_new_tokens=8,
-        max_pixels=4096, max_turns=2, traces=str(tmp_path / "t.jsonl"),
+        pretrained=str(tiny_model),
+        main_nframes=4,
+        max_new_tokens=16,
+        subagent_max_new_tokens=8,
+        max_pixels=4096,
+        max_turns=2,
+        traces=str(tmp_path / "t.jsonl"),
     )
     lm.agent.engine = ScriptedTurns(lm.agent.engine, {1: TWO_CALLS})
     out = evaluator.simple_evaluate(
-        model=lm, tasks=["paravt_synth_mcq"], limit=2,
+        model=lm,
+        tasks=["paravt_synth_mcq"],
+        limit=2,
         task_manager=TaskManager("WARNING", include_path=str(task_dir), model_name="paravt"),
     )
     metrics = out["results"]["paravt_synth_mcq"]

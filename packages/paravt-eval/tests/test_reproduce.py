@@ -20,10 +20,17 @@ from paravt.eval.reproduce import (
 def _cell(out, model, task, value, errored=0, calls=1.5, rate=0.75):
     path = out / "cells" / f"{model}__{task}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({
-        "model": model, "task": task, "value": value, "errored": errored,
-        "metrics": {"avg_tool_calls": calls, "tool_usage_rate": rate},
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "model": model,
+                "task": task,
+                "value": value,
+                "errored": errored,
+                "metrics": {"avg_tool_calls": calls, "tool_usage_rate": rate},
+            }
+        )
+    )
 
 
 def test_tables_have_one_column_per_task_plus_the_average_and_show_errored_counts(tmp_path):
@@ -35,11 +42,17 @@ def test_tables_have_one_column_per_task_plus_the_average_and_show_errored_count
             json.dumps({"f_tau": f, "kappa": k})
         )
     missing = {"sft": "no checkpoint given", "grpo": "no checkpoint given"}
-    tables = build_tables(tmp_path, ["base", "sft", "grpo", "para_grpo", "para_grpo_sequential"],
-                          SYNTH_COLUMNS, missing)
+    tables = build_tables(
+        tmp_path,
+        ["base", "sft", "grpo", "para_grpo", "para_grpo_sequential"],
+        SYNTH_COLUMNS,
+        missing,
+    )
     base = tables["table1"][0]
     assert base["values"] == [50.0, 25.0, 75.0] and base["avg"] == pytest.approx(50.0)
-    assert tables["table1"][1]["values"] == [None, None, None] and tables["table1"][1]["avg"] is None
+    assert (
+        tables["table1"][1]["values"] == [None, None, None] and tables["table1"][1]["avg"] is None
+    )
     assert [r["model"] for r in tables["table2"]] == ["base", "sft", "grpo", "para_grpo"]
     assert tables["table2"][3]["f_tau"] == 0.41
     md = render_markdown(tables, paper=False)
@@ -58,7 +71,10 @@ def test_finished_cells_are_skipped_on_a_rerun(tmp_path, monkeypatch):
 
 
 def test_checkpoints_are_parsed_per_stage_with_errors_naming_the_fix(tmp_path):
-    assert parse_checkpoints(f"base={tmp_path}, sft={tmp_path}") == {"base": tmp_path, "sft": tmp_path}
+    assert parse_checkpoints(f"base={tmp_path}, sft={tmp_path}") == {
+        "base": tmp_path,
+        "sft": tmp_path,
+    }
     with pytest.raises(ValueError, match="stage one of base, sft, grpo, para_grpo"):
         parse_checkpoints(f"rl={tmp_path}")
     with pytest.raises(ValueError, match="not a checkpoint directory"):

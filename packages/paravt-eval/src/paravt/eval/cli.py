@@ -1,8 +1,8 @@
 """`paravt-eval`: ask one question about one video, write the offline lmms-eval tasks, reproduce tables.
 
-    paravt-eval ask --model PATH|tiny --video V "question" [--json]
-    paravt-eval tasks SYNTH_DIR [--out DIR] [--limit N]
-    paravt-eval reproduce [--out DIR] [--checkpoints base=PATH,...] [...]
+paravt-eval ask --model PATH|tiny --video V "question" [--json]
+paravt-eval tasks SYNTH_DIR [--out DIR] [--limit N]
+paravt-eval reproduce [--out DIR] [--checkpoints base=PATH,...] [...]
 """
 
 from __future__ import annotations

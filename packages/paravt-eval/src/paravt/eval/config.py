@@ -103,7 +103,9 @@ class EvalConfig(BaseModel):
             dispatch=self.dispatch,
             tool_response=self.tool_response,
             think_prefix=self.prompt_mode in ("reasoning", "agentic_general", "agentic_minimal"),
-            sampling=SamplingParams(max_new_tokens=self.max_new_tokens, temperature=self.temperature),
+            sampling=SamplingParams(
+                max_new_tokens=self.max_new_tokens, temperature=self.temperature
+            ),
             subagent_sampling=SamplingParams(
                 max_new_tokens=self.subagent_max_new_tokens, temperature=self.temperature
             ),

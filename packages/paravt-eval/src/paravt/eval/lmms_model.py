@@ -152,7 +152,9 @@ class ParaVT(lmms):
                 docs.append(doc)
                 try:
                     messages = doc_to_messages(doc)
-                    samples.append(sample_from_messages(messages, task=task, doc_id=doc_id, doc=doc))
+                    samples.append(
+                        sample_from_messages(messages, task=task, doc_id=doc_id, doc=doc)
+                    )
                     traces.append(None)
                 except Exception as exc:
                     traces.append(
@@ -171,7 +173,9 @@ class ParaVT(lmms):
                 trace.episode = None  # token ids and media are not kept for a whole benchmark
                 record_trace(doc, trace)
                 if trace.error:
-                    logger.warning(f"paravt: {trace.task} doc {trace.doc_id} errored: {trace.error}")
+                    logger.warning(
+                        f"paravt: {trace.task} doc {trace.doc_id} errored: {trace.error}"
+                    )
                 answers.append(trace.response)
             self.writer.write(done)
             pbar.update(len(chunk))

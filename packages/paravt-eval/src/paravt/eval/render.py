@@ -52,7 +52,9 @@ def render_trace(trace: SampleTrace, *, model: str, console: Console | None = No
     for turn in trace.turns:
         parts: list[Any] = []
         if turn["think"]:
-            parts.append(Text("think: ", style="bold") + Text(_clip(turn["think"], MAX_THINK_CHARS)))
+            parts.append(
+                Text("think: ", style="bold") + Text(_clip(turn["think"], MAX_THINK_CHARS))
+            )
         calls = turn["calls"]
         if calls:
             table = Table(show_lines=False, expand=False)
@@ -78,13 +80,15 @@ def render_trace(trace: SampleTrace, *, model: str, console: Console | None = No
         timing = f"generate {turn['generate_s']:.2f} s"
         if calls:
             timing += f", tools {turn['tools_s']:.2f} s, sub-agents {turn['subagent_s']:.2f} s"
-        parts.append(Text(f"{turn['num_tokens']} tokens ({turn['finish_reason']}); {timing}", style="dim"))
+        parts.append(
+            Text(f"{turn['num_tokens']} tokens ({turn['finish_reason']}); {timing}", style="dim")
+        )
         console.print(Panel(Group(*parts), title=f"turn {turn['turn']}", expand=False))
     answer = trace.answer if trace.answer is not None else "(no <answer> block)"
     summary = Table.grid(padding=(0, 2))
     summary.add_row("answer", Text(answer, style="bold green" if trace.answer else "yellow"))
-    summary.add_row("tool calls", f"{trace.num_tool_calls} run, {trace.num_call_attempts} attempted")
     summary.add_row(
-        "time", f"prepare {trace.prepare_s:.2f} s, agent {trace.total_s:.2f} s"
+        "tool calls", f"{trace.num_tool_calls} run, {trace.num_call_attempts} attempted"
     )
+    summary.add_row("time", f"prepare {trace.prepare_s:.2f} s, agent {trace.total_s:.2f} s")
     console.print(Panel(summary, title="result", expand=False))

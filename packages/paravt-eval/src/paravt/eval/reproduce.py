@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -39,8 +38,11 @@ STAGE_LABELS = {
     "grpo": "+SFT+GRPO",
     "para_grpo": "+SFT+PARA-GRPO",
 }
-TRAIN_RECIPES = {"sft": ("sft", "tiny_sft"), "grpo": ("rl", "tiny_vanilla_grpo"),
-                 "para_grpo": ("rl", "tiny_paragrpo")}
+TRAIN_RECIPES = {
+    "sft": ("sft", "tiny_sft"),
+    "grpo": ("rl", "tiny_vanilla_grpo"),
+    "para_grpo": ("rl", "tiny_paragrpo"),
+}
 
 
 @dataclass(frozen=True)
@@ -158,8 +160,18 @@ def ensure_synth(config: ReproduceConfig) -> Path:
         return synth
     _log(f"generating {config.n_videos} synthetic videos of {config.duration_s:g} s in {synth}")
     cmd = [
-        sys.executable, "-m", "paravt.tools", "synth", "--out", str(synth),
-        "--n", str(config.n_videos), "--duration", f"{config.duration_s:g}", "--seed", "0",
+        sys.executable,
+        "-m",
+        "paravt.tools",
+        "synth",
+        "--out",
+        str(synth),
+        "--n",
+        str(config.n_videos),
+        "--duration",
+        f"{config.duration_s:g}",
+        "--seed",
+        "0",
     ]
     code, tail = _run(cmd, config.out / "logs" / "synth.log")
     if code != 0:
@@ -215,9 +227,16 @@ def train_stage(config: ReproduceConfig, stage: str, init: Path, synth: Path) ->
     out = config.out / "train" / stage
     kind = "sft" if command == "sft" else "rl"
     cmd = [
-        sys.executable, "-m", "paravt.train", command, recipe,
-        f"output_dir={out}", f"model.path={init}", "model.build_tiny=false",
-        f"data.parquet=[{synth / (kind + '.parquet')}]", "data.synth=null",
+        sys.executable,
+        "-m",
+        "paravt.train",
+        command,
+        recipe,
+        f"output_dir={out}",
+        f"model.path={init}",
+        "model.build_tiny=false",
+        f"data.parquet=[{synth / (kind + '.parquet')}]",
+        "data.synth=null",
     ]
     _log(f"training {STAGE_LABELS[stage]} from {init}")
     code, tail = _run(cmd, config.out / "logs" / f"train_{stage}.log")
@@ -266,16 +285,30 @@ def run_lmms_cells(
     run_dir = config.out / "lmms" / model
     traces = config.out / "traces" / f"{model}.jsonl"
     args = [
-        f"pretrained={ckpt}", f"main_nframes={config.main_nframes}",
-        f"max_new_tokens={config.max_new_tokens}", f"dispatch={dispatch}",
-        f"device={config.device}", f"traces={traces}",
+        f"pretrained={ckpt}",
+        f"main_nframes={config.main_nframes}",
+        f"max_new_tokens={config.max_new_tokens}",
+        f"dispatch={dispatch}",
+        f"device={config.device}",
+        f"traces={traces}",
     ]
     if include_path is not None:  # offline tasks: the cheap CPU protocol
         args += ["subagent_max_new_tokens=32", "max_pixels=4096"]
     cmd = [
-        sys.executable, "-m", "lmms_eval", "--model", "paravt", "--model_args", ",".join(args),
-        "--tasks", ",".join(c.task for c in todo), "--output_path", str(run_dir),
-        "--batch_size", "1", "--log_samples",
+        sys.executable,
+        "-m",
+        "lmms_eval",
+        "--model",
+        "paravt",
+        "--model_args",
+        ",".join(args),
+        "--tasks",
+        ",".join(c.task for c in todo),
+        "--output_path",
+        str(run_dir),
+        "--batch_size",
+        "1",
+        "--log_samples",
     ]
     if include_path is not None:
         cmd += ["--include_path", str(include_path)]
@@ -321,16 +354,25 @@ def run_train_stats(config: ReproduceConfig, stage: str, ckpt: Path, task_dir: P
             docs += [json.loads(line) for line in f.read_text(encoding="utf-8").splitlines()]
     docs = docs[: config.ftau_rollouts]
     eval_config = EvalConfig(
-        pretrained=str(ckpt), main_nframes=config.main_nframes,
-        max_new_tokens=config.max_new_tokens, subagent_max_new_tokens=32, max_pixels=4096,
-        temperature=0.7, device=config.device, batch_size=max(1, len(docs)),
+        pretrained=str(ckpt),
+        main_nframes=config.main_nframes,
+        max_new_tokens=config.max_new_tokens,
+        subagent_max_new_tokens=32,
+        max_pixels=4096,
+        temperature=0.7,
+        device=config.device,
+        batch_size=max(1, len(docs)),
     )
     _log(f"{stage}: {len(docs)} rollouts at temperature 0.7 for f_tau and kappa")
     agent = EvalAgent(eval_config)
     samples = [
         VideoQuestion(
-            key=d["id"], video=d["video"], question=d["question"],
-            options=options_from(d.get("paravt_options")), task="train_stats", doc_id=i,
+            key=d["id"],
+            video=d["video"],
+            question=d["question"],
+            options=options_from(d.get("paravt_options")),
+            task="train_stats",
+            doc_id=i,
         )
         for i, d in enumerate(docs)
     ]
@@ -394,7 +436,9 @@ def build_tables(
                 "values": values,
                 "errored": [c["errored"] if c else 0 for c in cells],
                 "avg": sum(filled) / len(filled) if len(filled) == len(values) else None,
-                "avg_tool_calls": [c["metrics"].get("avg_tool_calls") if c else None for c in cells],
+                "avg_tool_calls": [
+                    c["metrics"].get("avg_tool_calls") if c else None for c in cells
+                ],
                 "tool_usage_rate": [
                     c["metrics"].get("tool_usage_rate") if c else None for c in cells
                 ],
@@ -526,7 +570,11 @@ def run_reproduce(config: ReproduceConfig) -> ReproduceResult:
             run_train_stats(config, stage, ckpts[stage], task_dir)
     if "para_grpo" in ckpts:
         run_lmms_cells(
-            config, "para_grpo_sequential", ckpts["para_grpo"], SYNTH_COLUMNS, task_dir,
+            config,
+            "para_grpo_sequential",
+            ckpts["para_grpo"],
+            SYNTH_COLUMNS,
+            task_dir,
             dispatch="sequential",
         )
         models.append("para_grpo_sequential")
@@ -546,4 +594,3 @@ def run_reproduce(config: ReproduceConfig) -> ReproduceResult:
     chart = out / "chart.png"
     draw_chart(tables, chart)
     return ReproduceResult(md, js, chart, tables)
-

@@ -47,7 +47,9 @@ def doc_to_visual(doc: dict[str, Any]) -> list[str]:
     return [doc["video"]]
 
 
-def doc_to_text(doc: dict[str, Any], lmms_eval_specific_kwargs: dict[str, Any] | None = None) -> str:
+def doc_to_text(
+    doc: dict[str, Any], lmms_eval_specific_kwargs: dict[str, Any] | None = None
+) -> str:
     """The question, with lettered options for multiple choice."""
     return format_question(doc["question"], _options(doc))
 
