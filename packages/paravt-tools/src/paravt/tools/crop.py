@@ -14,6 +14,7 @@ returns an error; the others still return their frames.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import threading
 from collections import OrderedDict
@@ -302,6 +303,20 @@ class VideoReader:
     def _plan(self, info: VideoInfo, call: CropVideoArgs) -> tuple[Sample | None, list[str], str | None]:
         cfg = self.config
         duration = info.duration_s
+        start, end = call.start_time, call.end_time
+        # Calls are validated by the core parser; this guards unvalidated (model_construct) ones.
+        if not (
+            isinstance(start, (int, float))
+            and isinstance(end, (int, float))
+            and math.isfinite(start)
+            and math.isfinite(end)
+            and 0 <= start < end
+        ):
+            return None, [], f"crop_video: invalid window {start!r}-{end!r}; need 0 <= start < end"
+        if call.num_frames is not None and (
+            not isinstance(call.num_frames, int) or call.num_frames < 1
+        ):
+            return None, [], f"crop_video: num_frames must be a positive integer, got {call.num_frames!r}"
         if call.start_time >= duration:
             return (
                 None,

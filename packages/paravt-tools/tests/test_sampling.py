@@ -1,0 +1,124 @@
+"""Sampling policies and the Qwen3-VL resize rule, as properties over many inputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from paravt.tools import crop_sample, overview_sample, resize_frames, smart_resize
+from paravt.tools.sampling import window_indices
+
+
+@dataclass(frozen=True)
+class Grid:
+    duration_s: float
+    fps: float
+    num_frames: int
+    begin_s: float = 0.0
+
+
+def grid(duration_s: float, fps: float) -> Grid:
+    return Grid(duration_s, fps, max(1, round(duration_s * fps)))
+
+
+def test_smart_resize_matches_the_reference_budget_examples():
+    assert smart_resize(272, 640) == (128, 320)  # floor-scaled under 50176
+    assert smart_resize(720, 1280) == (160, 288)
+    assert smart_resize(144, 176) == (128, 192)  # rounded to multiples of 32, within budget
+    assert smart_resize(10, 12) == (32, 32)  # ceil-scaled above min_pixels... and at least a patch
+    assert smart_resize(20, 20, min_pixels=4096, max_pixels=50176) == (64, 64)
+
+
+def test_extreme_aspect_ratios_are_rejected_with_the_ratio_named():
+    with pytest.raises(ValueError, match="aspect ratio 250:1"):
+        smart_resize(4, 1000)
+
+
+@given(
+    st.integers(1, 4000),
+    st.integers(1, 4000),
+    st.sampled_from([(784, 50176), (1024, 4096), (256 * 32 * 32, 16384 * 32 * 32)]),
+)
+def test_smart_resize_gives_multiples_of_32_within_the_budget(height, width, budget):  # type: ignore[no-untyped-def]
+    lo, hi = budget
+    if max(height, width) / min(height, width) > 200:
+        with pytest.raises(ValueError):
+            smart_resize(height, width, min_pixels=lo, max_pixels=hi)
+        return
+    h, w = smart_resize(height, width, min_pixels=lo, max_pixels=hi)
+    assert h % 32 == 0 and w % 32 == 0 and h >= 32 and w >= 32
+    if min(h, w) > 32:  # not pinned to one patch group by a thin frame
+        assert h * w <= hi
+    if h * w < lo:  # only when the rounding of a tiny frame cannot reach it
+        assert max(height, width) * (lo / (height * width)) ** 0.5 <= 64
+
+
+def test_resize_frames_returns_uint8_frames_at_the_budget_size():
+    frames = torch.randint(0, 256, (3, 3, 272, 640), dtype=torch.uint8)
+    out = resize_frames(frames)
+    assert out.dtype == torch.uint8 and tuple(out.shape) == (3, 3, 128, 320)
+    assert tuple(resize_frames(frames[0]).shape) == (3, 128, 320)
+
+
+@settings(max_examples=300)
+@given(
+    duration=st.floats(0.5, 7200),
+    fps=st.sampled_from([1.0, 4.0, 23.976, 25.0, 29.97, 60.0]),
+    start=st.floats(0, 8000),
+    length=st.floats(0.001, 3000),
+    num_frames=st.one_of(st.none(), st.integers(1, 16)),
+)
+def test_crop_timestamps_are_inside_the_window_sorted_and_unique(
+    duration, fps, start, length, num_frames
+):  # type: ignore[no-untyped-def]
+    g = grid(duration, fps)
+    sample = crop_sample(g, start, start + length, num_frames=num_frames)
+    if start >= duration:
+        assert sample is None
+        return
+    assert sample is not None
+    lo, hi = sample.window_s
+    assert lo == start and hi == min(start + length, duration)
+    times = list(sample.timestamps_s)
+    assert times == sorted(set(times)) and 1 <= len(times) <= 16
+    assert all(0 <= i < g.num_frames for i in sample.indices)
+    frame = 1.0 / fps
+    # Every frame is on screen during the window; its timestamp is inside unless the window is
+    # shorter than one frame period (then the frame on screen at the start is shown).
+    assert all(lo - frame - 1e-6 <= t <= hi + 1e-6 for t in times)
+    if hi - lo >= frame:
+        assert all(lo - 1e-6 <= t <= hi + 1e-6 for t in times)
+    expected = num_frames if num_frames else max(1, min(16, int((hi - lo) + 0.5)))
+    first, last = window_indices(g, lo, hi)
+    assert len(times) == min(expected, last - first + 1)  # fewer only if the window holds fewer
+
+
+def test_a_crop_defaults_to_one_frame_per_second_between_one_and_sixteen():
+    g = grid(600, 25)
+    assert len(crop_sample(g, 10, 20).indices) == 10
+    assert len(crop_sample(g, 10, 10.3).indices) == 1
+    assert len(crop_sample(g, 0, 300).indices) == 16
+    assert len(crop_sample(g, 0, 300, num_frames=4).indices) == 4
+
+
+@given(duration=st.floats(1, 36000), k=st.sampled_from([4, 8, 16, 32, 64]))
+def test_the_overview_spreads_k_frames_uniformly_over_the_video(duration, k):  # type: ignore[no-untyped-def]
+    g = grid(duration, 25.0)
+    sample = overview_sample(g, k)
+    times = sample.timestamps_s
+    assert len(times) == min(k, g.num_frames)
+    assert list(times) == sorted(set(times))
+    if len(times) == k and k > 1:
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        assert max(gaps) - min(gaps) <= 1 / 25 + 1e-9
+        assert times[0] <= duration / k and times[-1] >= duration - duration / k - 1 / 25
+
+
+def test_an_overview_of_zero_or_absurdly_many_frames_is_refused():
+    with pytest.raises(ValueError, match="1..1024"):
+        overview_sample(grid(60, 25), 0)
+    with pytest.raises(ValueError, match="1..1024"):
+        overview_sample(grid(60, 25), 100_000)
