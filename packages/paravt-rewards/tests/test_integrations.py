@@ -180,3 +180,11 @@ def test_openrlhf_rejects_mismatched_batches_with_a_clear_error() -> None:
     pytest.importorskip("torch")
     with pytest.raises(ValueError, match="one prompt and one label per query"):
         reward_func(["a", "b"], ["a"], ["B", "B"])
+
+
+def test_the_parser_counts_tool_responses_carried_in_a_transcript() -> None:
+    from paravt.core import parse_response
+
+    text = WITH_CALL.replace("<answer>", "<tool_response>red</tool_response>\n<answer>")
+    assert parse_response(text).num_tool_responses == 1
+    assert parse_response(WITH_CALL).num_tool_responses == 0
