@@ -37,7 +37,9 @@ STAGE_LABELS = {
     "sft": "+SFT",
     "grpo": "+SFT+GRPO",
     "para_grpo": "+SFT+PARA-GRPO",
+    "para_grpo_sequential": "+SFT+PARA-GRPO, sequential dispatch",
 }
+SHORT_LABELS = {"base": "base", "sft": "+SFT", "grpo": "+GRPO", "para_grpo": "+PARA-GRPO"}
 TRAIN_RECIPES = {
     "sft": ("sft", "tiny_sft"),
     "grpo": ("rl", "tiny_vanilla_grpo"),
@@ -279,6 +281,8 @@ def run_lmms_cells(
 ) -> None:
     """Evaluate every missing (model, task) cell with one lmms-eval CLI run."""
     todo = [c for c in columns if not _cell_path(config.out, model, c.task).is_file()]
+    if include_path is not None:  # a synthetic task without documents has no YAML
+        todo = [c for c in todo if (include_path / f"{c.task}.yaml").is_file()]
     if not todo:
         _log(f"{model}: every cell already done, skipped")
         return
@@ -317,7 +321,12 @@ def run_lmms_cells(
     code, tail = _run(cmd, config.out / "logs" / f"lmms_{model}.log")
     if code != 0:
         raise RuntimeError(f"lmms-eval for {model} failed (exit {code}):\n{tail}")
-    results = _latest_results(run_dir)
+    try:
+        results = _latest_results(run_dir)
+    except RuntimeError as exc:  # lmms-eval exits 0 even when it fails
+        raise RuntimeError(
+            f"{exc}; see {config.out / 'logs' / f'lmms_{model}.log'}:\n{tail}"
+        ) from None
     for c in todo:
         values = results.get("results", {}).get(c.task)
         if values is None:
@@ -533,15 +542,16 @@ def draw_chart(tables: dict[str, Any], path: Path) -> None:
         xs = [j + i * width for j in range(len(cols))]
         ax1.bar(xs, vals, width, label=STAGE_LABELS.get(row["model"], row["model"]))
     ax1.set_xticks([j + 0.4 - width / 2 for j in range(len(cols))], cols, fontsize=8)
-    ax1.set_ylabel("percent")
+    ax1.set_ylim(0, 100)
+    ax1.set_ylabel("percent (missing cells drawn as 0)")
     ax1.set_title("Table 1 layout: per-task score")
     ax1.legend(fontsize=7)
     t2 = tables["table2"]
-    names = [STAGE_LABELS.get(r["model"], r["model"]) for r in t2]
+    names = [SHORT_LABELS.get(r["model"], r["model"]) for r in t2]
     xs = list(range(len(t2)))
     ax2.bar([x - 0.2 for x in xs], [r["f_tau"] or 0.0 for r in t2], 0.4, label="f_tau")
     ax2.bar([x + 0.2 for x in xs], [r["kappa"] or 0.0 for r in t2], 0.4, label="kappa")
-    ax2.set_xticks(xs, names, rotation=20, fontsize=7)
+    ax2.set_xticks(xs, names, fontsize=8)
     ax2.set_title("Table 2 layout: f_tau and kappa")
     ax2.legend(fontsize=7)
     fig.tight_layout()
