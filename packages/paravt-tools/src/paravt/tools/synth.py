@@ -72,7 +72,7 @@ class SynthConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    duration_s: float = Field(120.0, ge=20.0, le=4 * 3600, description="Length of each video.")
+    duration_s: float = Field(120.0, gt=0, le=4 * 3600, description="Length of each video.")
     fps: float = Field(4.0, ge=1.0, le=60.0, description="Frame rate of the encoded videos.")
     width: int = Field(128, ge=32, le=1920, multiple_of=2, description="Frame width (even).")
     height: int = Field(96, ge=32, le=1080, multiple_of=2, description="Frame height (even).")
@@ -273,7 +273,7 @@ def answer_for(spec: VideoSpec, kind: QuestionType) -> str:
         return OPTION_LETTERS[OPTIONS.index(colour)]
     if kind == "oe":
         return colour
-    return f"[{spec.target.start_s:.1f}, {spec.target.end_s:.1f}]"
+    return f"[{spec.target.start_s:g}, {spec.target.end_s:g}]"
 
 
 def _fmt_times(times: Sequence[float]) -> str:
@@ -420,7 +420,7 @@ def sft_rows(spec: VideoSpec, video: str, config: SynthConfig, seed: int) -> lis
         )
         if kind == "tvg":
             found += (
-                f" It is on screen from {spec.target.start_s:.1f} s to {spec.target.end_s:.1f} s."
+                f" It is on screen from {spec.target.start_s:g} s to {spec.target.end_s:g} s."
             )
         final = f"<think>\n{found}\n</think>\n<answer>{answer_for(spec, kind)}</answer>"
         rows.append(
