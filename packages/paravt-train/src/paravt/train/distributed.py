@@ -189,20 +189,20 @@ class Backend:
 
     def optimizer_state(self) -> dict[str, Any]:
         """Optimiser state in a form `load_optimizer_state` takes back (full, not sharded)."""
-        if self.spec.strategy == "fsdp2":
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                get_optimizer_state_dict,
-            )
-
-            opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-            return get_optimizer_state_dict(self.model, self.optimizer, options=opts)
         if self.ds_engine is not None:
             return {}  # DeepSpeed writes its own (sharded) optimizer files: save_deepspeed
-        return self.optimizer.state_dict()
+        # The same full, parameter-name-keyed format for one process and FSDP2, so a checkpoint
+        # of either loads into the other.
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_optimizer_state_dict,
+        )
+
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=self.spec.strategy == "fsdp2")
+        return get_optimizer_state_dict(self.model, self.optimizer, options=opts)
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
-        if self.spec.strategy == "fsdp2":
+        if self.ds_engine is None:
             from torch.distributed.checkpoint.state_dict import (
                 StateDictOptions,
                 set_optimizer_state_dict,
@@ -210,8 +210,6 @@ class Backend:
 
             opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
             set_optimizer_state_dict(self.model, self.optimizer, state, options=opts)
-        elif self.ds_engine is None:
-            self.optimizer.load_state_dict(state)
 
     def load_model_state(self, state: dict[str, torch.Tensor]) -> None:
         if self.spec.strategy == "fsdp2":
