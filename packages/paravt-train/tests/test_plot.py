@@ -30,5 +30,5 @@ def test_plot_overlays_runs_into_a_png(tmp_path: Path) -> None:
 
 
 def test_plot_names_a_directory_without_metrics(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
+    with pytest.raises(FileNotFoundError, match=r"metrics\.jsonl"):
         main(["plot", str(tmp_path)])
