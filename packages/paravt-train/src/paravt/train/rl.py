@@ -345,8 +345,9 @@ class PolicyEngine:
         if self.kind == "sglang":
             from paravt.core.engines.sglang import SGLangEngine
 
+            # GPU only, written against SGLang's documented offline-engine API; untested here.
             self.engine = SGLangEngine(
-                str(model_path), processor=processor, **recipe.rollout.sglang
+                processor=processor, model_path=str(model_path), engine_kwargs=recipe.rollout.sglang
             )
             return
         from paravt.core.engines.hf import HFEngine
@@ -365,7 +366,7 @@ class PolicyEngine:
         """Make the engine generate with the policy's current weights."""
         if self.kind == "sglang":
             state = self.backend.full_model_state()
-            self.engine.update_weights(state)
+            self.engine.sync_weights(list(state.items()))  # names as in the HF checkpoint
         elif self.replica is not None:
             state = self.backend.full_model_state()
             self.replica.load_state_dict(state, strict=False)
