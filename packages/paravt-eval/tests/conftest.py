@@ -63,7 +63,7 @@ def synth_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [
             PY,
             "-m",
-            "paravt.tools",
+            "paravt.tools.cli",
             "synth",
             "--out",
             str(out),

@@ -25,7 +25,7 @@ from lmms_eval.api.model import lmms
 from loguru import logger
 from tqdm import tqdm
 
-from paravt.eval.agent import EvalAgent, VideoQuestion, options_from
+from paravt.eval.agent import EvalAgent, VideoQuestion
 from paravt.eval.config import EvalConfig, parse_eval_config
 from paravt.eval.metrics import record_trace
 from paravt.eval.traces import SampleTrace, TraceWriter
@@ -77,7 +77,8 @@ def sample_from_messages(
     """The video and question of one lmms-eval chat request.
 
     The video is the sample's own (its first `video` part); the question is the text of the user
-    turns, in order. Raises `ValueError` when the sample has no video.
+    turns, in order, as the task wrote it (options and answer instructions included). Raises
+    `ValueError` when the sample has no video.
     """
     videos: list[str] = []
     texts: list[str] = []
@@ -106,7 +107,6 @@ def sample_from_messages(
         key=f"{task}/{doc_id}",
         video=videos[0],
         question=question,
-        options=options_from(doc.get("paravt_options")),
         task=task,
         doc_id=doc_id,
     )

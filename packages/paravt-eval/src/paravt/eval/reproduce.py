@@ -164,7 +164,7 @@ def ensure_synth(config: ReproduceConfig) -> Path:
     cmd = [
         sys.executable,
         "-m",
-        "paravt.tools",
+        "paravt.tools.cli",
         "synth",
         "--out",
         str(synth),

@@ -115,7 +115,8 @@ def synth_documents(synth_dir: str | Path) -> dict[str, list[dict[str, Any]]]:
     """Task name -> documents, from every RL parquet file under `synth_dir`.
 
     A document: `id`, `video` (absolute path), `question`, `answer`, `question_type`, and
-    `paravt_options` (JSON list) when the row lists options. Rows of other question types are
+    `paravt_options` (JSON list) when `extra_info` lists the question and its options apart
+    (otherwise the question is the prompt's user text, options included). Rows of other question types are
     left out. Raises `SynthDataError` naming the file and row of a malformed row or a missing video.
     """
     import pyarrow.parquet as pq
@@ -155,7 +156,12 @@ def synth_documents(synth_dir: str | Path) -> dict[str, list[dict[str, Any]]]:
             users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
             if not users:
                 raise SynthDataError(f"{where}: prompt has no user message")
-            question = _text(users[-1].get("content")).replace(VIDEO_PLACEHOLDER, "").strip()
+            options = info.get("options") or None
+            question = info.get("question")
+            if not isinstance(question, str) or not question.strip():
+                # only the prompt: its text already lists any options
+                question = _text(users[-1].get("content")).replace(VIDEO_PLACEHOLDER, "").strip()
+                options = None
             answer = info["answer"]
             if isinstance(answer, (list, tuple)):
                 answer = json.dumps(list(answer))
@@ -165,7 +171,7 @@ def synth_documents(synth_dir: str | Path) -> dict[str, list[dict[str, Any]]]:
                 "question": question,
                 "answer": str(answer),
                 "question_type": qtype,
-                "paravt_options": json.dumps(info["options"]) if info.get("options") else "",
+                "paravt_options": json.dumps(list(options)) if options else "",
             }
             docs[TASKS[qtype]].append(doc)
     return docs
