@@ -7,8 +7,6 @@ prompt decode the overview once) configured from the recipe's `video` section.
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -105,23 +103,14 @@ def ensure_synth(data: DataSpec) -> None:
 
     rank = dist.get_rank() if dist.is_initialized() else 0
     if rank == 0:
+        from paravt.tools.cli import main as tools_main
+
         s = data.synth
-        cmd = [
-            sys.executable,
-            "-m",
-            "paravt.tools",
-            "synth",
-            "--out",
-            s.out_dir,
-            "--n",
-            str(s.n),
-            "--duration",
-            str(s.duration_s),
-            "--seed",
-            str(s.seed),
-        ]
-        log.info("generating synthetic tasks: %s", " ".join(cmd[2:]))
-        subprocess.run(cmd, check=True)
+        argv = ["synth", "--out", s.out_dir, "--n", str(s.n), "--duration", str(s.duration_s)]
+        argv += ["--seed", str(s.seed)]
+        log.info("generating synthetic tasks: paravt-tools %s", " ".join(argv))
+        if tools_main(argv) != 0:
+            raise RuntimeError(f"paravt-tools {' '.join(argv)} failed")
         missing = [p for p in data.parquet if not Path(p).exists()]
         if missing:
             raise FileNotFoundError(
