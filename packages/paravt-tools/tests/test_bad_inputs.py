@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from paravt.core import CropVideoArgs
 from paravt.tools import CropVideoTool, VideoError, VideoReader, probe
 from paravt.tools import video as video_module
@@ -115,9 +116,7 @@ def test_a_turn_with_too_many_calls_answers_the_extra_ones_with_an_error(real_cl
 def test_the_model_cannot_choose_the_file(real_clips, tmp_path):  # type: ignore[no-untyped-def]
     other = tmp_path / "other.mp4"
     shutil.copy(real_clips["carphone_pristine.mp4"], other)
-    call = CropVideoArgs.model_validate(
-        {"video_path": str(other), "start_time": 0, "end_time": 2}
-    )
+    call = CropVideoArgs.model_validate({"video_path": str(other), "start_time": 0, "end_time": 2})
     (out,) = VideoReader().crop(real_clips["bikes.mp4"], [call])
     assert out.ok and tuple(out.frames[0].image.shape[-2:]) == (128, 320)  # bikes, not carphone
 

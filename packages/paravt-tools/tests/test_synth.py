@@ -8,10 +8,18 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+
 from paravt.core import CropVideoArgs, parse_response
 from paravt.tools import VideoReader, probe
 from paravt.tools.cli import main
-from paravt.tools.synth import COLOURS, OPTIONS, SynthConfig, plan_video, render_frames, sft_conversation
+from paravt.tools.synth import (
+    COLOURS,
+    OPTIONS,
+    SynthConfig,
+    plan_video,
+    render_frames,
+    sft_conversation,
+)
 
 CONFIG = SynthConfig(duration_s=40.0, num_needles=2)
 
@@ -76,7 +84,10 @@ def test_the_needle_colour_is_verifiable_by_decoding_its_frames(synth_dir):  # t
         assert out.ok and out.frames
         info = probe(path)
         x0, y0, x1, y1 = extra["needle_box"]
-        sy, sx = out.frames[0].image.shape[1] / info.height, out.frames[0].image.shape[2] / info.width
+        sy, sx = (
+            out.frames[0].image.shape[1] / info.height,
+            out.frames[0].image.shape[2] / info.width,
+        )
         for frame in out.frames:
             cy, cx = int((y0 + y1) / 2 * sy), int((x0 + x1) / 2 * sx)
             rgb = frame.image[:, cy - 2 : cy + 3, cx - 2 : cx + 3].float().mean(dim=(1, 2)).numpy()
@@ -91,7 +102,9 @@ def test_the_background_alone_shows_no_saturated_colour(synth_dir):  # type: ign
     busy = [extra["cue_window_s"], extra["needle_window_s"]] + [
         d["window_s"] for d in extra["distractors"]
     ]
-    quiet = next(t for t in np.arange(0.5, 39.0, 0.5) if all(not a - 1 <= t <= b + 1 for a, b in busy))
+    quiet = next(
+        t for t in np.arange(0.5, 39.0, 0.5) if all(not a - 1 <= t <= b + 1 for a, b in busy)
+    )
     (out,) = VideoReader().crop(
         synth_dir / row["videos"][0]["video"], [CropVideoArgs(start_time=quiet, end_time=quiet + 1)]
     )

@@ -39,9 +39,9 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def _crop(args: argparse.Namespace) -> int:
-    from paravt.core.protocol import CropVideoArgs
     from PIL import Image
 
+    from paravt.core.protocol import CropVideoArgs
     from paravt.tools.crop import CropConfig, VideoReader
 
     reader = VideoReader(CropConfig(min_pixels=args.min_pixels, max_pixels=args.max_pixels))

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from paravt.core.protocol import CropVideoArgs, Frame, ToolOutput
-
 from paravt.tools.sampling import (
     MAX_PIXELS,
     MIN_PIXELS,
@@ -297,10 +296,14 @@ class VideoReader:
                 )
                 continue
             frames = [Frame(got[i][0], got[i][1]) for i in sample.indices]  # type: ignore[index]
-            outputs.append(ToolOutput(text=" ".join(notes), frames=frames, window_s=sample.window_s))
+            outputs.append(
+                ToolOutput(text=" ".join(notes), frames=frames, window_s=sample.window_s)
+            )
         return outputs
 
-    def _plan(self, info: VideoInfo, call: CropVideoArgs) -> tuple[Sample | None, list[str], str | None]:
+    def _plan(
+        self, info: VideoInfo, call: CropVideoArgs
+    ) -> tuple[Sample | None, list[str], str | None]:
         cfg = self.config
         duration = info.duration_s
         start, end = call.start_time, call.end_time
@@ -316,7 +319,11 @@ class VideoReader:
         if call.num_frames is not None and (
             not isinstance(call.num_frames, int) or call.num_frames < 1
         ):
-            return None, [], f"crop_video: num_frames must be a positive integer, got {call.num_frames!r}"
+            return (
+                None,
+                [],
+                f"crop_video: num_frames must be a positive integer, got {call.num_frames!r}",
+            )
         if call.start_time >= duration:
             return (
                 None,
@@ -344,7 +351,11 @@ class VideoReader:
             num_frames=num,
         )
         if sample is None:  # unreachable after the checks above, kept as a guard
-            return None, [], f"crop_video: the window {call.start_time:g}-{call.end_time:g} s is empty"
+            return (
+                None,
+                [],
+                f"crop_video: the window {call.start_time:g}-{call.end_time:g} s is empty",
+            )
         if num is not None and len(sample.indices) < num:
             notes.append(
                 f"the window holds only {len(sample.indices)} frames; returning {len(sample.indices)}."

@@ -95,7 +95,9 @@ def resize_frames(
     single = frames.dim() == 3
     batch = frames.unsqueeze(0) if single else frames
     if batch.dim() != 4:
-        raise ValueError(f"resize_frames expects (T, C, H, W) or (C, H, W), got {tuple(frames.shape)}")
+        raise ValueError(
+            f"resize_frames expects (T, C, H, W) or (C, H, W), got {tuple(frames.shape)}"
+        )
     h, w = smart_resize(
         int(batch.shape[-2]), int(batch.shape[-1]), min_pixels=min_pixels, max_pixels=max_pixels
     )
@@ -114,10 +116,7 @@ def frame_count_for(
 ) -> int:
     """How many frames a window of `duration_s` gets: `num_frames` if given, else `duration * fps`,
     rounded, both bounded to `[min_frames, max_frames]`."""
-    if num_frames is not None:
-        wanted = num_frames
-    else:
-        wanted = math.floor(duration_s * fps + 0.5)
+    wanted = num_frames if num_frames is not None else math.floor(duration_s * fps + 0.5)
     return max(min_frames, min(max_frames, wanted))
 
 
@@ -166,7 +165,9 @@ def sample_window(grid: FrameGrid, start_s: float, end_s: float, n: int) -> Samp
 def overview_sample(grid: FrameGrid, num_frames: int) -> Sample:
     """The overview: `num_frames` frames spread uniformly over the whole video."""
     if not 1 <= num_frames <= MAX_OVERVIEW_FRAMES:
-        raise ValueError(f"overview num_frames must be in 1..{MAX_OVERVIEW_FRAMES}, got {num_frames}")
+        raise ValueError(
+            f"overview num_frames must be in 1..{MAX_OVERVIEW_FRAMES}, got {num_frames}"
+        )
     return sample_window(grid, 0.0, grid.duration_s, num_frames)
 
 

@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
 from paravt.core.prompts import (
     OPTION_LETTERS,
     build_main_prompt,
@@ -38,8 +40,6 @@ from paravt.core.prompts import (
     tool_response_message,
 )
 from paravt.core.protocol import CROP_VIDEO, Message, ToolOutput
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
 from paravt.tools.sampling import crop_sample, overview_sample
 
 if TYPE_CHECKING:
@@ -95,7 +95,9 @@ class SynthConfig(BaseModel):
     def _fits(self) -> SynthConfig:
         need = self.cue_s + self.max_gap_s + self.needle_s + 4.0
         if self.duration_s < need:
-            raise ValueError(f"duration_s {self.duration_s:g} is too short; need at least {need:g} s")
+            raise ValueError(
+                f"duration_s {self.duration_s:g} is too short; need at least {need:g} s"
+            )
         return self
 
 
@@ -149,7 +151,7 @@ def plan_video(config: SynthConfig, seed: int, index: int) -> VideoSpec:
     """The events and background of video `index` for `seed` (pure; no rendering)."""
     rng = np.random.default_rng([seed, index])
     d, fps = config.duration_s, config.fps
-    num_frames = int(math.floor(d * fps))
+    num_frames = math.floor(d * fps)
     side = min(config.width, config.height)
 
     def square() -> tuple[int, int, int, int]:
@@ -228,7 +230,9 @@ def render_frames(spec: VideoSpec, start: int, count: int) -> np.ndarray:
     return out
 
 
-def write_video(spec: VideoSpec, path: str | os.PathLike[str], *, chunk_frames: int = 256, crf: int = 20) -> None:
+def write_video(
+    spec: VideoSpec, path: str | os.PathLike[str], *, chunk_frames: int = 256, crf: int = 20
+) -> None:
     """Encode `spec` to an H.264 mp4 at `path`, rendering `chunk_frames` frames at a time.
 
     One keyframe per second keeps random access (cropping) cheap.
@@ -291,7 +295,11 @@ def describe_window(spec: VideoSpec, timestamps: Sequence[float]) -> str:
         return "Only the plain, slowly changing background is visible; no shape or pattern appears."
     sentences = []
     for (kind, colour), times in sorted(seen.items(), key=lambda kv: kv[1][0]):
-        what = "A black-and-white checkerboard fills the frame" if kind == "cue" else f"A {colour} square is visible"
+        what = (
+            "A black-and-white checkerboard fills the frame"
+            if kind == "cue"
+            else f"A {colour} square is visible"
+        )
         sentences.append(f"{what} at {_fmt_times(times)}.")
     return " ".join(sentences)
 
@@ -308,7 +316,9 @@ def _grid(spec: VideoSpec) -> Grid:
     return Grid(spec.duration_s, spec.fps, spec.num_frames)
 
 
-def candidate_windows(spec: VideoSpec, overview_times: Sequence[float]) -> tuple[str, list[tuple[float, float]]]:
+def candidate_windows(
+    spec: VideoSpec, overview_times: Sequence[float]
+) -> tuple[str, list[tuple[float, float]]]:
     """The teacher's reasoning about the overview and the windows it crops (in parallel)."""
     cue_times = [t for t in overview_times if spec.cue.active(t)]
     d = spec.duration_s
@@ -419,9 +429,7 @@ def sft_rows(spec: VideoSpec, video: str, config: SynthConfig, seed: int) -> lis
             "checkerboard."
         )
         if kind == "tvg":
-            found += (
-                f" It is on screen from {spec.target.start_s:g} s to {spec.target.end_s:g} s."
-            )
+            found += f" It is on screen from {spec.target.start_s:g} s to {spec.target.end_s:g} s."
         final = f"<think>\n{found}\n</think>\n<answer>{answer_for(spec, kind)}</answer>"
         rows.append(
             {
@@ -511,7 +519,9 @@ class SynthResult:
     config: dict[str, Any] = field(default_factory=dict)
 
 
-def _make_one(args: tuple[SynthConfig, int, int, str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
+def _make_one(
+    args: tuple[SynthConfig, int, int, str],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
     config, seed, index, out_dir = args
     spec = plan_video(config, seed, index)
     rel = f"{VIDEO_DIR}/{spec.video_id}.mp4"

@@ -130,7 +130,7 @@ def _probe_uncached(path: str, verify: bool) -> VideoInfo:
     duration = meta.duration_seconds
     num_frames = meta.num_frames
     if num_frames is None and duration:
-        num_frames = int(round(duration * fps))
+        num_frames = round(duration * fps)
     if not num_frames or num_frames <= 0:
         raise VideoError(f"{path!r} contains no video frames")
     if not duration or not math.isfinite(duration) or duration <= 0:
