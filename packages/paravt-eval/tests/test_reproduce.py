@@ -79,3 +79,35 @@ def test_checkpoints_are_parsed_per_stage_with_errors_naming_the_fix(tmp_path):
         parse_checkpoints(f"rl={tmp_path}")
     with pytest.raises(ValueError, match="not a checkpoint directory"):
         parse_checkpoints(f"base={tmp_path / 'x'}")
+
+
+@pytest.mark.slow
+def test_reproduce_fills_the_base_row_offline_and_names_the_rows_it_could_not_fill(
+    tiny_model, synth_dir, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    config = ReproduceConfig(
+        out=tmp_path / "rep",
+        checkpoints=f"base={tiny_model}",
+        synth_dir=synth_dir,
+        limit=1,
+        train=False,
+        main_nframes=2,
+        max_new_tokens=8,
+        ftau_rollouts=2,
+    )
+    result = reproduce.run_reproduce(config)
+    assert result.chart_path.stat().st_size > 0
+    tables = json.loads(result.json_path.read_text())
+    base = tables["table1"][0]
+    assert base["model"] == "base" and all(v is not None for v in base["values"])
+    assert base["avg"] == pytest.approx(sum(base["values"]) / 3)
+    assert tables["table2"][0]["f_tau"] is not None and tables["table2"][0]["kappa"] is not None
+    assert set(tables["missing"]) == {"sft", "grpo", "para_grpo"}
+    md = result.markdown_path.read_text()
+    assert "+SFT+PARA-GRPO: no checkpoint given" in md
+    # a re-run skips every finished cell: lmms-eval is not started again
+    monkeypatch.setattr(reproduce, "_run", lambda *a, **k: pytest.fail("a finished cell re-ran"))
+    again = reproduce.run_reproduce(config)
+    assert json.loads(again.json_path.read_text())["table1"][0]["values"] == base["values"]

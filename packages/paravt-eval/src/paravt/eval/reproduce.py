@@ -94,6 +94,7 @@ class ReproduceConfig(BaseModel):
     main_nframes: int = Field(8, ge=1, description="Overview frames in the offline protocol.")
     max_new_tokens: int = Field(96, ge=1, description="Tokens per turn in the offline protocol.")
     ftau_rollouts: int = Field(4, ge=1, description="Rollouts per stage for f_tau and kappa.")
+    batch_size: int = Field(4, ge=1, description="Samples generated together (lmms-eval runs).")
     device: str = "cpu"
 
 
@@ -311,7 +312,7 @@ def run_lmms_cells(
         "--output_path",
         str(run_dir),
         "--batch_size",
-        "1",
+        str(config.batch_size),
         "--log_samples",
     ]
     if include_path is not None:
