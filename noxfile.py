@@ -147,6 +147,7 @@ def bench(session: nox.Session) -> None:
     """Benchmarks: each bench/bench_*.py writes bench/results/<name>.json and prints a table."""
     _install_workspace(session)
     session.install("rich>=13", "qwen-vl-utils==0.0.14")  # the reference decode path
+    session.install("trl==1.16.0")  # bench_train: TRL's GRPOTrainer as the RL-step baseline
     scripts = sorted((ROOT / "bench").glob("bench_*.py"))
     wanted = set(session.posargs)
     for script in scripts:
