@@ -10,8 +10,11 @@ SFT rows (lmms-engine chat format):
     messages    list (or JSON text) of {"role", "content"}; content is a string or a list of parts
                 {"type": "text", "text"} / {"type": "video_url", "video_url": {"url", ...}} /
                 {"type": "image_url", "image_url": {"url"}}; assistant turns hold the tool calls,
-                `tool` (or user `<tool_response>`) turns hold the tool responses.
+                `tool` (or user `<tool_response>`) turns hold the tool responses. A `<video>`
+                placeholder in a string content stands for the row's video (as in RL rows).
     videos      optional, as in RL rows.
+    frames      optional {"start_s", "end_s", "num_frames"} (`paravt-tools synth`): the placeholder
+                shows an overview of the whole video or a crop of that window.
 
 Video paths in the released parquet files are sentinel-relative (`longvt_source/...`, `museg/...`,
 `selfqa/...`): `materialize` prefixes a local root and the `file://` scheme. Rows whose video is
@@ -198,6 +201,9 @@ class SFTExample:
     key: str
     messages: list[dict[str, Any]]
     videos: list[Path] = field(default_factory=list)
+    # Which frames a `<video>` placeholder in the text stands for (the `frames` column of
+    # `paravt-tools synth` rows): {"start_s", "end_s", "num_frames"}; None = the recipe's overview.
+    frames: dict[str, Any] | None = None
 
 
 @dataclass
@@ -308,6 +314,7 @@ def read_sft_rows(
         table = _read_table(path, SFT_COLUMNS)
         messages_col = table.column("messages").to_pylist()
         videos_col = table.column("videos").to_pylist() if "videos" in table.schema.names else None
+        frames_col = table.column("frames").to_pylist() if "frames" in table.schema.names else None
         for row in range(table.num_rows):
             if max_rows is not None and report.rows >= max_rows:
                 return examples, report
@@ -344,7 +351,24 @@ def read_sft_rows(
             if missing_source is not None:
                 report.missing_by_source[missing_source] += 1
                 continue
-            examples.append(SFTExample(f"{path.stem}:{row}", messages, videos))
+            frames = None
+            if frames_col is not None and frames_col[row] is not None:
+                frames = _json_or_value(frames_col[row], f"{where} column 'frames'")
+                if not isinstance(frames, dict):
+                    raise ParaVTDataError(
+                        f"{where} column 'frames': expected {{'start_s', 'end_s', 'num_frames'}}, "
+                        f"got {frames!r:.80}"
+                    )
+            if not videos and any(
+                isinstance(m["content"], str) and VIDEO_PLACEHOLDER in m["content"]
+                for m in messages
+                if m["role"] != "assistant"
+            ):
+                raise ParaVTDataError(
+                    f"{where} column 'messages': a <video> placeholder but no video in the row "
+                    "(add it to the 'videos' column)"
+                )
+            examples.append(SFTExample(f"{path.stem}:{row}", messages, videos, frames))
             report.kept += 1
     return examples, report
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from paravt.core.prompts import render_frames
 from paravt.core.protocol import CropVideoArgs, Frame, ImagePart, Message, Part, TextPart
+from paravt.train.data import VIDEO_PLACEHOLDER
 from paravt.train.recipe import DataSpec, VideoSpec
 
 log = logging.getLogger("paravt.train")
@@ -68,14 +69,47 @@ class FrameSource:
             frames, _ = self.overview(path, int(n) if n else self.spec.overview_frames)
         return render_frames(frames)
 
+    def _placeholder_media(self, example: Any, index: int) -> list[Part]:
+        """Frames for the `index`-th `<video>` placeholder of a text message: the example's
+        `frames` spec (`start_s`, `end_s`, `num_frames`) picks an overview of the whole video or
+        a crop of a window, as `paravt-tools synth` describes its rows."""
+        videos = getattr(example, "videos", [])
+        if index >= len(videos):
+            raise ValueError(
+                f"SFT row {example.key}: a message has {index + 1} <video> placeholders but the "
+                f"row has {len(videos)} videos; add them to its 'videos' column"
+            )
+        path = videos[index]
+        spec = getattr(example, "frames", None) or {}
+        n = spec.get("num_frames")
+        start, end = spec.get("start_s"), spec.get("end_s")
+        if start is not None and end is not None:
+            duration = float(self.reader.probe(path).duration_s)
+            if float(start) > 0.0 or float(end) < duration - 1e-3:
+                return render_frames(self.window(path, float(start), float(end), n and int(n)))
+        frames, _ = self.overview(path, int(n) if n else self.spec.overview_frames)
+        return render_frames(frames)
+
     def messages_of(self, example: Any) -> list[Message]:
-        """An `SFTExample`'s chat as core messages, every video part replaced by its frames (each
-        preceded by its timestamp), as the agent runtime shows them."""
+        """An `SFTExample`'s chat as core messages, every video part (a `video_url` part, or a
+        `<video>` placeholder in the text of a non-assistant message) replaced by its frames, each
+        preceded by its timestamp, as the agent runtime shows them."""
         out: list[Message] = []
+        placeholders = 0
         for m in example.messages:
             content = m["content"]
             if isinstance(content, str):
-                out.append(Message(m["role"], content))
+                if m["role"] == "assistant" or VIDEO_PLACEHOLDER not in content:
+                    out.append(Message(m["role"], content))
+                    continue
+                pieces = content.split(VIDEO_PLACEHOLDER)
+                text_parts: list[Part] = [TextPart(pieces[0])] if pieces[0] else []
+                for piece in pieces[1:]:
+                    text_parts += self._placeholder_media(example, placeholders)
+                    placeholders += 1
+                    if piece:
+                        text_parts.append(TextPart(piece))
+                out.append(Message(m["role"], text_parts))
                 continue
             parts: list[Part] = []
             for part in content:
@@ -95,22 +129,32 @@ class FrameSource:
 
 
 def ensure_synth(data: DataSpec) -> None:
-    """Generate the recipe's synthetic task set with `paravt-tools synth` when its parquet files
-    are missing (only for recipes with a `data.synth` section)."""
+    """Generate the recipe's synthetic task set with `paravt.tools.synth.generate` when its parquet
+    files are missing (only for recipes with a `data.synth` section)."""
     if data.synth is None or all(Path(p).exists() for p in data.parquet):
         return
     import torch.distributed as dist
 
     rank = dist.get_rank() if dist.is_initialized() else 0
     if rank == 0:
-        from paravt.tools.cli import main as tools_main
+        from paravt.tools.synth import SynthConfig, generate
 
         s = data.synth
-        argv = ["synth", "--out", s.out_dir, "--n", str(s.n), "--duration", str(s.duration_s)]
-        argv += ["--seed", str(s.seed)]
-        log.info("generating synthetic tasks: paravt-tools %s", " ".join(argv))
-        if tools_main(argv) != 0:
-            raise RuntimeError(f"paravt-tools {' '.join(argv)} failed")
+        config = SynthConfig(
+            duration_s=s.duration_s,
+            question_types=tuple(s.question_types),
+            sft_overview_frames=s.sft_overview_frames,
+            crop_max_frames=s.crop_max_frames,
+        )
+        log.info("generating %d synthetic tasks in %s (paravt-tools synth)", s.n, s.out_dir)
+        result = generate(s.out_dir, n=s.n, config=config, seed=s.seed)
+        log.info(
+            "synth: %d videos, %d RL rows, %d SFT rows in %.1f s",
+            len(result.videos),
+            result.num_rl_rows,
+            result.num_sft_rows,
+            result.seconds,
+        )
         missing = [p for p in data.parquet if not Path(p).exists()]
         if missing:
             raise FileNotFoundError(

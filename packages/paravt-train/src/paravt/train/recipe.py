@@ -135,6 +135,18 @@ class SynthSpec(_Strict):
     duration_s: float = Field(60.0, gt=0, description="Length of each synthetic video.")
     seed: int = Field(0, description="Seed of the generator.")
     out_dir: str = Field(description="Where the videos and parquet files are written.")
+    question_types: list[Literal["mcq", "oe", "tvg"]] = Field(
+        ["mcq", "oe", "tvg"],
+        min_length=1,
+        description="Question types, one RL row and one main-agent SFT trace per video and type "
+        "(mcq: fixed option order; oe: the colour word; tvg: [start, end] seconds).",
+    )
+    sft_overview_frames: int = Field(
+        32, ge=1, description="Overview frames K of the main-agent teacher traces."
+    )
+    crop_max_frames: int = Field(
+        16, ge=1, description="Frames per crop in the teacher traces (match video.max_crop_frames)."
+    )
 
 
 class DataSpec(_Strict):
