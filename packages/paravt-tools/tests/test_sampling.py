@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from paravt.tools import crop_sample, overview_sample, resize_frames, smart_resize
@@ -73,6 +74,8 @@ def test_resize_frames_returns_uint8_frames_at_the_budget_size():
     length=st.floats(0.001, 3000),
     num_frames=st.one_of(st.none(), st.integers(1, 16)),
 )
+# The tail of a 1.25 s video at 1 fps: frame 0 stays on screen, no frame starts in [0.25, 1.25].
+@example(duration=1.25, fps=1.0, start=0.25, length=1.0, num_frames=None)
 def test_crop_timestamps_are_inside_the_window_sorted_and_unique(
     duration, fps, start, length, num_frames
 ):  # type: ignore[no-untyped-def]
@@ -88,11 +91,15 @@ def test_crop_timestamps_are_inside_the_window_sorted_and_unique(
     assert times == sorted(set(times)) and 1 <= len(times) <= 16
     assert all(0 <= i < g.num_frames for i in sample.indices)
     frame = 1.0 / fps
-    # Every frame is on screen during the window; its timestamp is inside unless the window is
-    # shorter than one frame period (then the frame on screen at the start is shown).
+    # Every frame is on screen during the window; its timestamp is inside unless no frame starts
+    # inside the window (a window shorter than one frame period, or the tail of a video whose last
+    # frame stays on screen): then the frame on screen at the start is shown.
     assert all(lo - frame - 1e-6 <= t <= hi + 1e-6 for t in times)
-    if hi - lo >= frame:
+    first_inside = max(0, math.ceil(lo * fps - 1e-6))
+    if first_inside < g.num_frames and first_inside / fps <= hi + 1e-6:
         assert all(lo - 1e-6 <= t <= hi + 1e-6 for t in times)
+    else:
+        assert len(times) == 1
     expected = num_frames if num_frames else max(1, min(16, int((hi - lo) + 0.5)))
     first, last = window_indices(g, lo, hi)
     assert len(times) == min(expected, last - first + 1)  # fewer only if the window holds fewer
