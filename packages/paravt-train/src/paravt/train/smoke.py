@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from paravt.train.plot import plot_runs
-from paravt.train.recipe import RLRecipe, SFTRecipe, load_recipe
+from paravt.train.recipe import DataSpec, RLRecipe, SFTRecipe, load_recipe
 
 log = logging.getLogger("paravt.train")
 
@@ -70,6 +70,7 @@ def run_smoke(out: Path, *, sft_steps: int | None = None, rl_steps: int | None =
     """
     import json
 
+    from paravt.train.frames import ensure_synth
     from paravt.train.modeling import ensure_model
     from paravt.train.rl import evaluate, load_rl_examples, train_rl
     from paravt.train.sft import train_sft
@@ -80,16 +81,6 @@ def run_smoke(out: Path, *, sft_steps: int | None = None, rl_steps: int | None =
     out.mkdir(parents=True, exist_ok=True)
     synth = out / "synth"
     data = [f"data.synth.out_dir={synth}", *SMOKE_SYNTH, *SMOKE_VIDEO]
-    sft_over = [
-        f"output_dir={out / 'sft'}",
-        f"model.path={out / 'tiny-model'}",
-        f"data.parquet=[{synth / 'sft.parquet'}]",
-        *data,
-        *SMOKE_SFT,
-        *([f"max_steps={sft_steps}"] if sft_steps else []),
-    ]
-    sft = load_recipe("tiny_sft", sft_over, stage="sft")
-    assert isinstance(sft, SFTRecipe)
     rl_over = [
         f"output_dir={out}",
         f"model.path={out / 'sft' / 'final'}",
@@ -100,9 +91,28 @@ def run_smoke(out: Path, *, sft_steps: int | None = None, rl_steps: int | None =
     ]
     rl = load_recipe("tiny_paragrpo", rl_over, stage="rl")
     assert isinstance(rl, RLRecipe)
+    # Teacher traces at every overview budget the gate draws: traces shown only the 8-frame
+    # overview taught a first run to call tools at K=8 and never at K=2 or 4 (kappa 1.6 vs 0).
+    assert rl.data.synth is not None
+    budgets = sorted(set(rl.gating.choices) if rl.gating.enabled else {rl.video.overview_frames})
+    sft_sets = {k: out / f"synth-sft-k{k}" for k in budgets}
+    sft_over = [
+        f"output_dir={out / 'sft'}",
+        f"model.path={out / 'tiny-model'}",
+        f"data.parquet=[{', '.join(str(d / 'sft.parquet') for d in sft_sets.values())}]",
+        "data.synth=null",
+        *SMOKE_VIDEO,
+        *SMOKE_SFT,
+        *([f"max_steps={sft_steps}"] if sft_steps else []),
+    ]
+    sft = load_recipe("tiny_sft", sft_over, stage="sft")
+    assert isinstance(sft, SFTRecipe)
 
     base_model = ensure_model(sft.model)
     examples = load_rl_examples(rl)  # generates the synthetic task set
+    for k, d in sft_sets.items():  # same seed: the same videos, traces over a K-frame overview
+        spec = rl.data.synth.model_copy(update={"out_dir": str(d), "sft_overview_frames": k})
+        ensure_synth(DataSpec(parquet=[str(d / "sft.parquet")], synth=spec))
     # Held prompts: both question types of the first videos (rows are video-major).
     held = examples[: min(len(examples), EVAL_PROMPTS)]
     t = time.perf_counter()
@@ -154,17 +164,18 @@ def run_smoke(out: Path, *, sft_steps: int | None = None, rl_steps: int | None =
             for name, key in rows
         ],
         "",
-        f"- synthetic task set: {rl.data.synth.n if rl.data.synth else '?'} videos, "
-        f"question types {rl.data.synth.question_types if rl.data.synth else '?'}, "
-        f"{len(examples)} RL prompts",
-        f"- SFT: {sft.max_steps} steps of {sft.sft.batch_size} traces in {t_sft:.0f} s; "
+        f"- synthetic task set: {rl.data.synth.n} videos, question types "
+        f"{rl.data.synth.question_types}, {len(examples)} RL prompts; SFT teacher traces over "
+        f"{budgets}-frame overviews",
+        f"- SFT: {sft.max_steps} steps of {sft.sft.batch_size} traces in {t_sft:.0f} s "
+        f"({t_sft / max(sft.max_steps, 1):.2f} s/step); "
         f"loss {loss0:.2f} (first 5 steps) -> {loss1:.2f} (last 5)",
         f"- RL: {rl.max_steps} steps of {rl.rollout.batch_prompts} prompts x "
         f"{rl.rollout.group_size} rollouts in {t_rl:.0f} s",
         f"- evaluation (3 columns): {t_eval:.0f} s",
         f"- wall time: {wall:.0f} s",
         f"- peak memory (max RSS): {own:.2f} GiB this process, {kids:.2f} GiB largest child",
-        f"- files: metrics.jsonl, {curves.name}, final/ (HF-loadable), sft/final/, synth/",
+        f"- files: metrics.jsonl, {curves.name}, final/ (HF-loadable), sft/final/, synth/, synth-sft-k*/",
         "",
         "A 1 M-parameter random model: the table shows what SFT and a few RL steps change in "
         "minutes on a CPU, not the paper's numbers.",
