@@ -65,7 +65,6 @@ def test_synth_rows_show_the_frames_their_teacher_text_describes(synth_dir: Path
         assert set(times) <= set(stamps), (said, stamps)
 
 
-@pytest.mark.slow
 def test_sft_tokenises_and_trains_on_synth_parquet_rows(
     synth_dir: Path, tiny_model_path: Path, tmp_path: Path
 ) -> None:
@@ -106,3 +105,15 @@ def test_sft_tokenises_and_trains_on_synth_parquet_rows(
     assert all(math.isfinite(r["loss"]) and r["tokens/supervised"] > 0 for r in rows)
     assert rows[0]["grad_norm"] > 0
     assert (tmp_path / "run" / "final" / "config.json").is_file()
+
+
+def test_a_crop_longer_than_the_recipe_allows_is_named_in_a_warning(
+    synth_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    examples, _ = read_sft_rows([synth_dir / "sft.parquet"])
+    source = FrameSource(VideoSpec(overview_frames=4, max_crop_frames=1, max_pixels=4096))
+    with caplog.at_level("WARNING", logger="paravt.train"):
+        for ex in examples:
+            source.messages_of(ex)
+    warnings = [r.getMessage() for r in caplog.records if "max_crop_frames" in r.getMessage()]
+    assert len(warnings) == 1 and "crop shows 2 frames" in warnings[0]

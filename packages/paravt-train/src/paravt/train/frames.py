@@ -25,6 +25,7 @@ class FrameSource:
         from paravt.tools.crop import CropConfig, VideoReader
 
         self.spec = video
+        self._warned_crop = False
         self.reader = VideoReader(
             CropConfig(
                 fps=video.crop_fps,
@@ -86,6 +87,16 @@ class FrameSource:
         if start is not None and end is not None:
             duration = float(self.reader.probe(path).duration_s)
             if float(start) > 0.0 or float(end) < duration - 1e-3:
+                if n and int(n) > self.spec.max_crop_frames and not self._warned_crop:
+                    self._warned_crop = True
+                    log.warning(
+                        "SFT row %s: its crop shows %d frames but video.max_crop_frames is %d, "
+                        "so its text may describe frames the model is not shown; generate the "
+                        "data with crop_max_frames = video.max_crop_frames",
+                        example.key,
+                        int(n),
+                        self.spec.max_crop_frames,
+                    )
                 return render_frames(self.window(path, float(start), float(end), n and int(n)))
         frames, _ = self.overview(path, int(n) if n else self.spec.overview_frames)
         return render_frames(frames)
