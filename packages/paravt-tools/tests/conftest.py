@@ -64,14 +64,17 @@ class Reference:
     def __init__(self, path: Path) -> None:
         import av
 
-        frames, times = [], []
+        frames, times, keys = [], [], []
         with av.open(str(path)) as container:
             stream = container.streams.video[0]
             for frame in container.decode(stream):
                 frames.append(frame.to_ndarray(format="rgb24"))
                 times.append(float(frame.time))
+                if frame.key_frame:
+                    keys.append(float(frame.time))
         order = np.argsort(times)
         self.times = np.asarray(times)[order]
+        self.key_times = sorted(keys)  # timestamps of the keyframes, as PyAV flags them
         self.frames = np.stack([frames[i] for i in order])  # (N, H, W, 3) uint8
 
     def index_at(self, timestamp_s: float) -> int:

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from paravt.core import CropVideoArgs, Toolbox, build_main_prompt, build_subagent_prompt
-from paravt.tools import CropVideoTool, VideoReader, probe
+from paravt.tools import CropConfig, CropVideoTool, VideoReader, probe
+from paravt.tools.video import keyframe_indices
 
 # Mean absolute difference (0-255) allowed between our resized frame and PyAV's frame resized the
 # same way: both are decodes of the same H.264 frame, only RGB conversion and scaler differ.
@@ -161,3 +162,40 @@ def test_frames_feed_the_core_prompt_builders(real_clips):  # type: ignore[no-un
     (out,) = reader.crop(path, [CropVideoArgs(start_time=1, end_time=3)])
     sub = build_subagent_prompt("What is shown?", out.window_s, out.frames)
     assert len(sub[1].images) == 2
+
+
+@pytest.mark.parametrize("clip", ["bikes.mp4", "carphone_pristine.mp4", "bigbuckbunny.mp4"])
+def test_keyframe_indices_are_the_frames_an_independent_decoder_flags_as_keyframes(
+    clip, real_clips, reference_decodes
+):  # type: ignore[no-untyped-def]
+    info = probe(real_clips[clip])
+    keyframes = keyframe_indices(info)
+    assert keyframes is not None
+    times = [round(info.frame_time_s(i), 3) for i in keyframes]
+    assert times == [round(t, 3) for t in reference_decodes[clip].key_times]
+
+
+def test_an_overview_snapped_to_keyframes_stays_uniform_within_its_tolerance_and_true(
+    real_clips, reference_decodes
+):  # type: ignore[no-untyped-def]
+    path = real_clips["bikes.mp4"]  # keyframes at 0, 1.2, 3.04, 5.48, 7.48, 9.68 s
+    reader = VideoReader(CropConfig(overview_keyframe_snap=0.25), cache_bytes=0)
+    frames = reader.overview(path, 8)
+    info = reader.probe(path)
+    spacing = info.duration_s / 8
+    uniform = [(k + 0.5) * spacing for k in range(8)]
+    times = [f.timestamp_s for f in frames]
+    assert len(times) == 8 and times == sorted(set(times))
+    for t, u in zip(times, uniform):
+        assert abs(t - u) <= 0.25 * spacing + 1 / info.fps, (t, u)
+    # Uniform frames at 0.6 1.84 3.12 4.36 5.6 6.84 8.12 9.36 s; 3.12 and 5.6 have a keyframe
+    # within a quarter spacing (0.31 s), the others do not (9.68 s is 0.32 s from 9.36 s).
+    assert [round(t, 2) for t in times] == [0.6, 1.84, 3.04, 4.36, 5.48, 6.84, 8.12, 9.36]
+    keys = {round(t, 3) for t in reference_decodes["bikes.mp4"].key_times}
+    assert {3.04, 5.48} <= keys
+    exact = VideoReader(cache_bytes=0).overview(path, 8)
+    assert times != [f.timestamp_s for f in exact]
+    from paravt.core import ToolOutput
+
+    output = ToolOutput(frames=frames, window_s=(0.0, info.duration_s))
+    _check_frames_match(reader, path, reference_decodes["bikes.mp4"], [output])

@@ -131,3 +131,44 @@ def test_an_overview_of_zero_or_absurdly_many_frames_is_refused():
         overview_sample(grid(60, 25), 0)
     with pytest.raises(ValueError, match=r"1\.\.1024"):
         overview_sample(grid(60, 25), 100_000)
+
+
+@given(
+    duration=st.floats(1, 7200),
+    k=st.sampled_from([4, 8, 16, 32, 64]),
+    gop=st.integers(1, 300),
+    snap=st.sampled_from([0.1, 0.25, 0.5]),
+    data=st.data(),
+)
+def test_an_overview_snapped_to_keyframes_keeps_each_frame_within_its_tolerance(
+    duration, k, gop, snap, data
+):  # type: ignore[no-untyped-def]
+    g = grid(duration, 25.0)
+    keyframes = sorted(
+        set(data.draw(st.lists(st.integers(0, g.num_frames - 1), max_size=g.num_frames // gop)))
+    )
+    uniform = overview_sample(g, k)
+    sample = overview_sample(g, k, keyframes=keyframes, keyframe_snap=snap)
+    assert len(sample.indices) == len(uniform.indices)
+    assert list(sample.indices) == sorted(set(sample.indices))
+    tolerance = snap * g.num_frames / k
+    snapped = sample.indices != uniform.indices
+    for i, u in zip(sample.indices, uniform.indices):
+        if i != u:  # a frame moves only onto a keyframe within the tolerance
+            assert i in keyframes and abs(i - u) <= tolerance
+        elif snapped:  # ...and stays only if no other keyframe is that close
+            assert all(abs(kf - u) > tolerance for kf in keyframes if kf != u)
+    assert sample.timestamps_s == tuple(g.begin_s + i / g.fps for i in sample.indices)
+
+
+def test_every_overview_frame_lands_on_a_keyframe_when_keyframes_are_dense_enough():
+    g = grid(600, 25)  # 15000 frames, a keyframe every 2 s
+    sample = overview_sample(g, 64, keyframes=list(range(0, 15000, 50)), keyframe_snap=0.25)
+    assert all(i % 50 == 0 for i in sample.indices)
+    assert len(sample.indices) == 64
+    assert overview_sample(g, 64, keyframes=[], keyframe_snap=0.25) == overview_sample(g, 64)
+
+
+def test_a_keyframe_snap_outside_zero_to_a_half_is_refused():
+    with pytest.raises(ValueError, match=r"keyframe_snap must be in 0\.\.0\.5"):
+        overview_sample(grid(60, 25), 8, keyframes=[0], keyframe_snap=0.75)

@@ -6,7 +6,9 @@ return real frames: indices that are inside the window, sorted and unique, with 
 
 from __future__ import annotations
 
+import bisect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -162,13 +164,55 @@ def sample_window(grid: FrameGrid, start_s: float, end_s: float, n: int) -> Samp
     return Sample(tuple(indices), times, (start_s, end_s))
 
 
-def overview_sample(grid: FrameGrid, num_frames: int) -> Sample:
-    """The overview: `num_frames` frames spread uniformly over the whole video."""
+MAX_KEYFRAME_SNAP = 0.5
+
+
+def overview_sample(
+    grid: FrameGrid,
+    num_frames: int,
+    *,
+    keyframes: Sequence[int] | None = None,
+    keyframe_snap: float = 0.0,
+) -> Sample:
+    """The overview: `num_frames` frames spread uniformly over the whole video.
+
+    With `keyframes` (sorted frame indices) and `keyframe_snap` > 0, each frame moves to the
+    nearest keyframe if one lies within `keyframe_snap` x the frame spacing (`count / num_frames`
+    frames) of its uniform position; otherwise it stays. A keyframe decodes on its own, so on
+    videos with sparse keyframes this removes most of the decoding. With `keyframe_snap` = 0.25
+    every frame is within a quarter spacing of its uniform position, so consecutive gaps lie in
+    0.5..1.5 spacings. Snapping is skipped (uniform frames returned) when the spacing is under two
+    frames or when it would not keep the frames strictly increasing. Raises `ValueError` for
+    `num_frames` outside 1..1024 or `keyframe_snap` outside 0..0.5.
+    """
     if not 1 <= num_frames <= MAX_OVERVIEW_FRAMES:
         raise ValueError(
             f"overview num_frames must be in 1..{MAX_OVERVIEW_FRAMES}, got {num_frames}"
         )
-    return sample_window(grid, 0.0, grid.duration_s, num_frames)
+    if not 0.0 <= keyframe_snap <= MAX_KEYFRAME_SNAP:
+        raise ValueError(
+            f"keyframe_snap must be in 0..{MAX_KEYFRAME_SNAP} (a fraction of the frame spacing), "
+            f"got {keyframe_snap}"
+        )
+    sample = sample_window(grid, 0.0, grid.duration_s, num_frames)
+    if not keyframes or keyframe_snap <= 0.0:
+        return sample
+    lo, hi = window_indices(grid, 0.0, grid.duration_s)
+    spacing = (hi - lo + 1) / num_frames
+    tolerance = keyframe_snap * spacing
+    if spacing < 2.0 or tolerance < 1.0:
+        return sample
+    snapped: list[int] = []
+    for i in sample.indices:
+        at = bisect.bisect_left(keyframes, i)
+        near = [keyframes[j] for j in (at - 1, at) if 0 <= j < len(keyframes)]
+        best = min(near, key=lambda k: (abs(k - i), k))
+        choice = best if abs(best - i) <= tolerance and lo <= best <= hi else i
+        if snapped and choice <= snapped[-1]:
+            return sample
+        snapped.append(choice)
+    times = tuple(grid.begin_s + i / grid.fps for i in snapped)
+    return Sample(tuple(snapped), times, sample.window_s)
 
 
 def crop_sample(
@@ -196,9 +240,17 @@ def crop_sample(
     return sample_window(grid, window[0], window[1], n)
 
 
-def overview_timestamps(grid: FrameGrid, num_frames: int) -> list[float]:
-    """Timestamps (seconds) of the overview's frames: sorted, unique, inside the video."""
-    return list(overview_sample(grid, num_frames).timestamps_s)
+def overview_timestamps(
+    grid: FrameGrid,
+    num_frames: int,
+    *,
+    keyframes: Sequence[int] | None = None,
+    keyframe_snap: float = 0.0,
+) -> list[float]:
+    """Timestamps (seconds) of the overview's frames: sorted, unique, inside the video (see
+    `overview_sample` for the optional snapping to keyframes)."""
+    sample = overview_sample(grid, num_frames, keyframes=keyframes, keyframe_snap=keyframe_snap)
+    return list(sample.timestamps_s)
 
 
 def crop_timestamps(
