@@ -11,9 +11,14 @@ from paravt.eval.reproduce import (
     SYNTH_COLUMNS,
     ReproduceConfig,
     build_tables,
+    ensure_synth,
+    ensure_train_data,
+    eval_protocol,
     parse_checkpoints,
     render_markdown,
     run_lmms_cells,
+    tiny_setup,
+    train_stage,
 )
 
 
@@ -111,3 +116,91 @@ def test_reproduce_fills_the_base_row_offline_and_names_the_rows_it_could_not_fi
     monkeypatch.setattr(reproduce, "_run", lambda *a, **k: pytest.fail("a finished cell re-ran"))
     again = reproduce.run_reproduce(config)
     assert json.loads(again.json_path.read_text())["table1"][0]["values"] == base["values"]
+
+
+def test_the_offline_protocol_is_the_tiny_training_recipes_unless_a_flag_overrides_it():
+    from paravt.train.recipe import load_recipe
+    from paravt.train.smoke import SMOKE_RL, SMOKE_SYNTH, SMOKE_VIDEO
+
+    rl = load_recipe(
+        "tiny_paragrpo", ["data.synth.out_dir=.", *SMOKE_SYNTH, *SMOKE_VIDEO, *SMOKE_RL], stage="rl"
+    )
+    setup = tiny_setup()
+    protocol = eval_protocol(ReproduceConfig(), setup)
+    assert protocol["main_nframes"] == rl.video.overview_frames
+    assert protocol["max_crop_frames"] == rl.video.max_crop_frames
+    assert protocol["max_crop_frames"] == setup.synth.crop_max_frames  # traces show what is seen
+    assert protocol["max_new_tokens"] == rl.rollout.max_new_tokens
+    assert (protocol["max_turns"], protocol["max_parallel"]) == (
+        rl.rollout.max_turns,
+        rl.rollout.max_parallel,
+    )
+    assert setup.budgets == tuple(sorted(rl.gating.choices))
+    assert eval_protocol(ReproduceConfig(main_nframes=3), setup)["main_nframes"] == 3
+
+
+def _small_setup():
+    """The tiny setup with a 2-video, 20-second training task (fast to generate)."""
+    setup = tiny_setup()
+    small = setup.synth.model_copy(update={"n": 2, "duration_s": 20.0})
+    return reproduce.TinySetup(**{**setup.__dict__, "synth": small})
+
+
+def test_training_data_has_teacher_traces_at_every_gated_budget_with_crops_the_recipe_shows(
+    tmp_path,
+):
+    import pyarrow.parquet as pq
+
+    setup = _small_setup()
+    dirs = ensure_train_data(ReproduceConfig(out=tmp_path), setup)
+    assert sorted(dirs) == list(setup.budgets)
+    max_crop = setup.protocol["max_crop_frames"]
+    for k, d in dirs.items():
+        rows = pq.read_table(d / "sft.parquet").to_pylist()
+        overviews = [r["frames"]["num_frames"] for r in rows if r["agent"] == "main"]
+        crops = [r["frames"]["num_frames"] for r in rows if r["agent"] == "subagent"]
+        assert overviews and set(overviews) == {k}
+        assert crops and max(crops) <= max_crop
+    # the held-out benchmark: other videos (another seed), the same crop frames, all task types
+    held = ensure_synth(ReproduceConfig(out=tmp_path, n_videos=2, duration_s=20.0), setup)
+    rows = pq.read_table(held / "sft.parquet").to_pylist()
+    assert max(r["frames"]["num_frames"] for r in rows if r["agent"] == "subagent") <= max_crop
+    rl = pq.read_table(held / "rl.parquet").to_pylist()
+    assert {json.loads(r["extra_info"])["question_type"] for r in rl} == {"mcq", "oe", "tvg"}
+    train_rl = pq.read_table(dirs[2] / "rl.parquet").to_pylist()
+    needles = [json.loads(r["extra_info"])["needle_window_s"] for r in train_rl]
+    assert [json.loads(r["extra_info"])["needle_window_s"] for r in rl] != needles
+
+
+def test_tiny_stages_train_with_paravt_trains_smoke_settings(tmp_path, monkeypatch):
+    from paravt.train.smoke import SMOKE_RL, SMOKE_SFT, SMOKE_VIDEO
+
+    setup = tiny_setup()
+    data = {k: tmp_path / f"synth-k{k}" for k in setup.budgets}
+    commands = []
+    monkeypatch.setattr(reproduce, "_run", lambda cmd, log: (commands.append(cmd), (0, ""))[1])
+    config = ReproduceConfig(out=tmp_path)
+    for stage in ("sft", "grpo", "para_grpo"):
+        assert train_stage(config, stage, tmp_path / "init", data, setup) is None
+    sft, grpo, para = commands
+    assert sft[4] == "tiny_sft" and all(o in sft for o in (*SMOKE_SFT, *SMOKE_VIDEO))
+    assert all(str(d / "sft.parquet") in " ".join(sft) for d in data.values())
+    assert grpo[4] == "tiny_vanilla_grpo" and para[4] == "tiny_paragrpo"
+    for cmd in (grpo, para):
+        assert all(o in cmd for o in (*SMOKE_RL, *SMOKE_VIDEO))
+        assert any(a.startswith("data.parquet=") and "rl.parquet" in a for a in cmd)
+
+
+def test_the_eval_agents_crops_show_at_most_max_crop_frames(synth_dir):
+    import asyncio
+
+    from paravt.core import CropVideoArgs
+    from paravt.eval.video import ToolsVideoSource
+
+    video = next((synth_dir / "videos").glob("*.mp4"))
+    args = [CropVideoArgs(start_time=0.0, end_time=12.0)]
+    (wide,) = asyncio.run(ToolsVideoSource(max_pixels=4096).toolbox(str(video)).execute(args))
+    (narrow,) = asyncio.run(
+        ToolsVideoSource(max_pixels=4096, max_crop_frames=4).toolbox(str(video)).execute(args)
+    )
+    assert len(wide.frames) == 12 and len(narrow.frames) == 4

@@ -91,7 +91,9 @@ class EvalAgent:
         if source is None:
             from paravt.eval.video import ToolsVideoSource
 
-            source = ToolsVideoSource(max_pixels=config.max_pixels)
+            source = ToolsVideoSource(
+                max_pixels=config.max_pixels, max_crop_frames=config.max_crop_frames
+            )
         self.source = source
         self.agent_config = config.agent_config()
 

@@ -36,6 +36,9 @@ def _add_protocol_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-new-tokens", type=int, default=2048)
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--max-pixels", type=int, default=None, help="pixel budget per frame")
+    g.add_argument(
+        "--max-crop-frames", type=int, default=None, help="frames per crop (default: the tool's 16)"
+    )
     g.add_argument("--device", default="cpu")
 
 
@@ -50,6 +53,7 @@ def _protocol(args: argparse.Namespace) -> dict[str, object]:
         "max_new_tokens": args.max_new_tokens,
         "temperature": args.temperature,
         "max_pixels": args.max_pixels,
+        "max_crop_frames": args.max_crop_frames,
         "device": args.device,
     }
 
@@ -103,7 +107,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         train=not args.no_train,
         paper_splits=args.paper_splits,
         main_nframes=args.nframes,
+        max_crop_frames=args.max_crop_frames,
         max_new_tokens=args.max_new_tokens,
+        ftau_rollouts=args.ftau_rollouts,
         device=args.device,
     )
     result = run_reproduce(config)
@@ -142,18 +148,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="stage=PATH pairs, e.g. base=ckpt/base,sft=ckpt/sft,grpo=...,para_grpo=...; "
         "default: train the tiny ones",
     )
-    rep.add_argument("--synth-dir", default=None, help="reuse a synth directory")
-    rep.add_argument("--n-videos", type=int, default=6)
-    rep.add_argument("--duration", type=float, default=40.0)
-    rep.add_argument("--limit", type=int, default=4, help="documents per task")
+    rep.add_argument("--synth-dir", default=None, help="evaluate on this synth directory")
+    rep.add_argument("--n-videos", type=int, default=8, help="held-out synthetic videos")
+    rep.add_argument(
+        "--duration", type=float, default=None, help="held-out video length (default: training's)"
+    )
+    rep.add_argument("--limit", type=int, default=8, help="documents per task")
     rep.add_argument("--no-train", action="store_true", help="never train; fill what exists")
     rep.add_argument(
         "--paper-splits",
         action="store_true",
         help="also run the seven paper splits through lmms-eval (needs datasets and a GPU)",
     )
-    rep.add_argument("--nframes", type=int, default=8, help="overview frames for the offline run")
-    rep.add_argument("--max-new-tokens", type=int, default=96)
+    g = rep.add_argument_group("offline protocol (default: the tiny training recipe's)")
+    g.add_argument("--nframes", type=int, default=None, help="overview frames")
+    g.add_argument("--max-crop-frames", type=int, default=None, help="frames per crop")
+    g.add_argument("--max-new-tokens", type=int, default=None, help="main-agent tokens per turn")
+    rep.add_argument(
+        "--ftau-rollouts", type=int, default=32, help="rollouts per stage for f_tau and kappa"
+    )
     rep.add_argument("--device", default="cpu")
     rep.set_defaults(func=cmd_reproduce)
     return parser

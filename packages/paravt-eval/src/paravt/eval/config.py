@@ -56,6 +56,13 @@ class EvalConfig(BaseModel):
     max_pixels: int | None = Field(
         None, ge=784, description="Pixel budget per frame (default: the tool's reference budget)."
     )
+    max_crop_frames: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="Frames per crop_video window at most (default: the tool's 16); match the "
+        "checkpoint's training (video.max_crop_frames).",
+    )
     include_video_path: bool = Field(
         False,
         description="Show the (ignored) video_path argument in the tool schema, as released "

@@ -1,14 +1,19 @@
 """`paravt-eval reproduce`: the paper's Table 1 and Table 2 layouts, filled from our own runs.
 
 Offline default (what `nox -s reproduce` runs, CPU, no downloads):
-1. a synthetic benchmark (`paravt-tools synth`) and its lmms-eval tasks (`write_synth_tasks`);
-2. the four training stages as checkpoints: given with `--checkpoints stage=PATH,...`, or trained
-   here with paravt-train's tiny recipes (base = the untrained tiny Qwen3-VL, +SFT, +SFT+GRPO,
-   +SFT+PARA-GRPO); a stage that cannot be trained is reported as not filled, with the reason;
-3. every (stage, task) cell through the real lmms-eval CLI with `--model paravt`, and block C (the
-   PARA-GRPO checkpoint with sequential dispatch) the same way;
-4. f_tau (mean format reward of rollouts at temperature 0.7) and kappa (mean executed tool calls per
-   rollout) per stage, from rollouts of the same agent runtime;
+1. the four training stages as checkpoints: given with `--checkpoints stage=PATH,...`, or trained
+   here with paravt-train's smoke-proven tiny setup (`paravt.train.smoke`: its synthetic task,
+   video and SFT/RL settings, teacher traces at every gated overview budget): base = the untrained
+   tiny Qwen3-VL, +SFT, +SFT+GRPO (vanilla), +SFT+PARA-GRPO; a stage that cannot be trained is
+   reported as not filled, with the reason;
+2. a held-out synthetic benchmark (`paravt-tools synth` with another seed, the training task's
+   video length and crop frames, plus grounding questions) and its lmms-eval tasks;
+3. every (stage, task) cell through the real lmms-eval CLI with `--model paravt`, under the
+   training protocol (overview frames, frames per crop, pixel budget, turns, calls per turn and
+   token budgets of the tiny RL recipe), and block C (the PARA-GRPO checkpoint with sequential
+   dispatch) the same way;
+4. f_tau (mean format reward of rollouts at the training temperature, scored with the PARA-GRPO
+   recipe's reward) and kappa (mean executed tool calls per rollout) per stage;
 5. Table 1 (one column per task plus the average), Table 2 (f_tau, kappa, accuracies per stage;
    block C sequential vs parallel) as markdown + JSON, and a PNG chart.
 
@@ -45,6 +50,9 @@ TRAIN_RECIPES = {
     "grpo": ("rl", "tiny_vanilla_grpo"),
     "para_grpo": ("rl", "tiny_paragrpo"),
 }
+# The held-out benchmark also asks "when" questions (Table 1's grounding column); the tiny stages
+# are not trained on them (the smoke task leaves them out), so that column measures transfer.
+EVAL_QUESTION_TYPES = ("mcq", "tvg", "oe")
 
 
 @dataclass(frozen=True)
@@ -77,7 +85,11 @@ PAPER_TABLE1 = {
 
 
 class ReproduceConfig(BaseModel):
-    """What `reproduce` runs. Defaults fit 2 CPU cores in well under 15 minutes."""
+    """What `reproduce` runs. Defaults fit 2 CPU cores in well under 15 minutes.
+
+    Protocol fields left at None come from paravt-train's tiny setup (`tiny_setup()`), so the
+    stages are evaluated the way they were trained.
+    """
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
@@ -85,17 +97,103 @@ class ReproduceConfig(BaseModel):
     checkpoints: str | None = Field(
         None, description="stage=PATH pairs (base, sft, grpo, para_grpo), comma separated."
     )
-    synth_dir: Path | None = Field(None, description="Existing `paravt-tools synth` directory.")
-    n_videos: int = Field(6, ge=1, description="Synthetic videos to generate.")
-    duration_s: float = Field(40.0, gt=0, description="Length of each synthetic video.")
-    limit: int | None = Field(4, ge=1, description="Documents per synthetic task.")
+    synth_dir: Path | None = Field(
+        None, description="Existing `paravt-tools synth` directory to evaluate on."
+    )
+    n_videos: int = Field(8, ge=1, description="Held-out synthetic videos to generate.")
+    duration_s: float | None = Field(
+        None, gt=0, description="Length of each held-out video (None: the training task's)."
+    )
+    eval_seed: int = Field(
+        1, description="Seed of the held-out benchmark (the tiny stages train on seed 0)."
+    )
+    limit: int | None = Field(8, ge=1, description="Documents per synthetic task.")
     train: bool = Field(True, description="Train missing tiny stages with paravt-train.")
     paper_splits: bool = Field(False, description="Also run the seven paper splits.")
-    main_nframes: int = Field(8, ge=1, description="Overview frames in the offline protocol.")
-    max_new_tokens: int = Field(96, ge=1, description="Tokens per turn in the offline protocol.")
-    ftau_rollouts: int = Field(4, ge=1, description="Rollouts per stage for f_tau and kappa.")
-    batch_size: int = Field(4, ge=1, description="Samples generated together (lmms-eval runs).")
+    main_nframes: int | None = Field(None, ge=1, description="Overview frames K.")
+    max_crop_frames: int | None = Field(None, ge=1, description="Frames per crop at most.")
+    max_pixels: int | None = Field(None, ge=784, description="Pixel budget per frame.")
+    max_new_tokens: int | None = Field(None, ge=1, description="Main-agent tokens per turn.")
+    subagent_max_new_tokens: int | None = Field(None, ge=1, description="Tokens per summary.")
+    max_turns: int | None = Field(None, ge=1, description="Main-agent turns.")
+    max_parallel: int | None = Field(None, ge=1, description="crop_video calls per turn.")
+    ftau_rollouts: int = Field(32, ge=1, description="Rollouts per stage for f_tau and kappa.")
+    batch_size: int = Field(8, ge=1, description="Samples generated together.")
     device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class TinySetup:
+    """paravt-train's smoke-proven tiny setup: recipe overrides and what they resolve to.
+
+    The numbers live in `paravt.train.smoke` (`SMOKE_SYNTH`, `SMOKE_VIDEO`, `SMOKE_SFT`,
+    `SMOKE_RL`); this only reads them, through paravt-train's own recipe loader.
+    """
+
+    sft_overrides: tuple[str, ...]  # SFT settings (steps, batch, packing, lr) and video settings
+    rl_overrides: tuple[str, ...]  # RL settings (steps, turns, calls, tokens, lr) and video
+    synth: Any  # paravt.train.recipe.SynthSpec of the training task (seed, n, length, crop frames)
+    budgets: tuple[int, ...]  # overview budgets the PARA-GRPO gate draws: one SFT trace set each
+    protocol: dict[str, Any]  # EvalConfig fields of the training protocol
+    temperature: float  # rollout temperature (f_tau is measured at it)
+    reward: Any  # paravt.rewards.RewardConfig of the PARA-GRPO recipe (scores f_tau)
+
+
+def tiny_setup() -> TinySetup:
+    """Load paravt-train's smoke setup (raises ImportError when paravt-train is missing)."""
+    from paravt.train.recipe import RLRecipe, load_recipe
+    from paravt.train.smoke import SMOKE_RL, SMOKE_SFT, SMOKE_SYNTH, SMOKE_VIDEO
+
+    rl = load_recipe(
+        "tiny_paragrpo",
+        ["data.synth.out_dir=.", *SMOKE_SYNTH, *SMOKE_VIDEO, *SMOKE_RL],
+        stage="rl",
+    )
+    assert isinstance(rl, RLRecipe) and rl.data.synth is not None
+    budgets = sorted(set(rl.gating.choices) if rl.gating.enabled else {rl.video.overview_frames})
+    return TinySetup(
+        sft_overrides=(*SMOKE_VIDEO, *SMOKE_SFT),
+        rl_overrides=(*SMOKE_VIDEO, *SMOKE_RL),
+        synth=rl.data.synth,
+        budgets=tuple(budgets),
+        protocol={
+            "main_nframes": rl.video.overview_frames,
+            "max_crop_frames": rl.video.max_crop_frames,
+            "max_pixels": rl.video.max_pixels,
+            "max_new_tokens": rl.rollout.max_new_tokens,
+            "subagent_max_new_tokens": rl.rollout.subagent_max_new_tokens,
+            "max_turns": rl.rollout.max_turns,
+            "max_parallel": rl.rollout.max_parallel,
+        },
+        temperature=rl.rollout.temperature,
+        reward=rl.reward.build(),
+    )
+
+
+def _setup_or_none() -> TinySetup | None:
+    try:
+        return tiny_setup()
+    except ImportError:
+        return None
+
+
+def eval_protocol(config: ReproduceConfig, setup: TinySetup | None) -> dict[str, Any]:
+    """EvalConfig fields of the offline protocol: the config's, else the training protocol's,
+    else (paravt-train missing) the paper's EvalConfig defaults."""
+    base = dict(setup.protocol) if setup is not None else {}
+    for key in (
+        "main_nframes",
+        "max_crop_frames",
+        "max_pixels",
+        "max_new_tokens",
+        "subagent_max_new_tokens",
+        "max_turns",
+        "max_parallel",
+    ):
+        value = getattr(config, key)
+        if value is not None:
+            base[key] = value
+    return base
 
 
 @dataclass
@@ -154,37 +252,78 @@ def parse_checkpoints(text: str | None) -> dict[str, Path]:
     return out
 
 
-def ensure_synth(config: ReproduceConfig) -> Path:
-    """The synthetic benchmark directory, generated with `paravt-tools synth` if needed."""
+def _generate_synth(out: Path, n: int, config: Any, seed: int, log: Path) -> None:
+    """`paravt.tools.synth.generate` into `out` (its output goes to `log`)."""
+    import contextlib
+
+    from paravt.tools.synth import generate
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w", encoding="utf-8") as f, contextlib.redirect_stderr(f):
+        result = generate(out, n=n, config=config, seed=seed)
+        f.write(f"{len(result.videos)} videos, {result.num_rl_rows} RL rows, ")
+        f.write(f"{result.num_sft_rows} SFT rows in {result.seconds:.1f} s\n")
+
+
+def ensure_synth(config: ReproduceConfig, setup: TinySetup | None = None) -> Path:
+    """The held-out synthetic benchmark, generated with `paravt-tools synth` if needed: the
+    training task's video length and frames per crop (from `setup`), another seed, and every
+    question type of Table 1 (`EVAL_QUESTION_TYPES`)."""
     if config.synth_dir is not None:
         return config.synth_dir
     synth = config.out / "synth"
-    if any(synth.glob("*.parquet")):
+    if (synth / "rl.parquet").is_file():
         return synth
-    _log(f"generating {config.n_videos} synthetic videos of {config.duration_s:g} s in {synth}")
-    cmd = [
-        sys.executable,
-        "-m",
-        "paravt.tools.cli",
-        "synth",
-        "--out",
-        str(synth),
-        "--n",
-        str(config.n_videos),
-        "--duration",
-        f"{config.duration_s:g}",
-        "--seed",
-        "0",
-    ]
-    code, tail = _run(cmd, config.out / "logs" / "synth.log")
-    if code != 0:
-        raise RuntimeError(f"paravt-tools synth failed (exit {code}):\n{tail}")
+    from paravt.tools.synth import SynthConfig
+
+    fields: dict[str, Any] = {"question_types": EVAL_QUESTION_TYPES}
+    if setup is not None:
+        fields.update(
+            duration_s=setup.synth.duration_s,
+            crop_max_frames=setup.synth.crop_max_frames,
+            sft_overview_frames=setup.synth.sft_overview_frames,
+        )
+    if config.duration_s is not None:
+        fields["duration_s"] = config.duration_s
+    synth_config = SynthConfig(**fields)
+    _log(
+        f"generating {config.n_videos} held-out synthetic videos of {synth_config.duration_s:g} s "
+        f"(seed {config.eval_seed}) in {synth}"
+    )
+    _generate_synth(
+        synth, config.n_videos, synth_config, config.eval_seed, config.out / "logs" / "synth.log"
+    )
     return synth
 
 
-def ensure_checkpoints(
-    config: ReproduceConfig, synth: Path
-) -> tuple[dict[str, Path], dict[str, str]]:
+def ensure_train_data(config: ReproduceConfig, setup: TinySetup) -> dict[int, Path]:
+    """The tiny stages' training task (paravt-train's smoke spec), one directory per overview
+    budget K the gate draws: the same videos and RL rows, SFT teacher traces over a K-frame
+    overview. Returns {K: directory}."""
+    from paravt.tools.synth import SynthConfig
+
+    spec = setup.synth
+    dirs = {k: config.out / "train" / f"synth-k{k}" for k in setup.budgets}
+    for k, d in dirs.items():
+        if (d / "rl.parquet").is_file() and (d / "sft.parquet").is_file():
+            continue
+        _log(
+            f"generating the training task: {spec.n} videos of {spec.duration_s:g} s, "
+            f"{list(spec.question_types)} questions, teacher traces over {k} overview frames"
+        )
+        synth_config = SynthConfig(
+            duration_s=spec.duration_s,
+            question_types=tuple(spec.question_types),
+            sft_overview_frames=k,
+            crop_max_frames=spec.crop_max_frames,
+        )
+        _generate_synth(
+            d, spec.n, synth_config, spec.seed, config.out / "logs" / f"train_synth_k{k}.log"
+        )
+    return dirs
+
+
+def ensure_checkpoints(config: ReproduceConfig) -> tuple[dict[str, Path], dict[str, str]]:
     """Checkpoints per stage, and for each stage that has none, the reason."""
     given = parse_checkpoints(config.checkpoints)
     missing: dict[str, str] = {}
@@ -198,6 +337,8 @@ def ensure_checkpoints(
             build_tiny_qwen3vl(base, seed=0)
         ckpts["base"] = base
     previous = {"sft": "base", "grpo": "sft", "para_grpo": "sft"}
+    setup: TinySetup | None = None
+    data: dict[int, Path] | None = None
     for stage in ("sft", "grpo", "para_grpo"):
         if stage in ckpts:
             continue
@@ -212,7 +353,14 @@ def ensure_checkpoints(
         if parent not in ckpts:
             missing[stage] = f"needs the {parent} checkpoint, which is missing"
             continue
-        reason = train_stage(config, stage, ckpts[parent], synth)
+        if setup is None:
+            setup = _setup_or_none()
+            if setup is None:
+                missing[stage] = "paravt-train is not installed (pip install 'paravt-eval[train]')"
+                continue
+            data = ensure_train_data(config, setup)
+        assert data is not None
+        reason = train_stage(config, stage, ckpts[parent], data, setup)
         if reason is None and (final / "config.json").is_file():
             ckpts[stage] = final
         else:
@@ -220,15 +368,20 @@ def ensure_checkpoints(
     return ckpts, missing
 
 
-def train_stage(config: ReproduceConfig, stage: str, init: Path, synth: Path) -> str | None:
-    """Train one tiny stage with paravt-train; None on success, else why it failed."""
-    try:
-        import paravt.train  # noqa: F401
-    except ImportError:
-        return "paravt-train is not installed (pip install 'paravt-eval[train]')"
+def train_stage(
+    config: ReproduceConfig, stage: str, init: Path, data: dict[int, Path], setup: TinySetup
+) -> str | None:
+    """Train one tiny stage with paravt-train's recipe and the smoke overrides; None on success,
+    else why it failed. SFT reads the teacher traces of every overview budget; GRPO and
+    PARA-GRPO read the RL rows (the same in every budget's directory)."""
     command, recipe = TRAIN_RECIPES[stage]
     out = config.out / "train" / stage
-    kind = "sft" if command == "sft" else "rl"
+    if command == "sft":
+        parquet = ", ".join(str(d / "sft.parquet") for d in data.values())
+        overrides = setup.sft_overrides
+    else:
+        parquet = str(next(iter(data.values())) / "rl.parquet")
+        overrides = setup.rl_overrides
     cmd = [
         sys.executable,
         "-m",
@@ -238,11 +391,15 @@ def train_stage(config: ReproduceConfig, stage: str, init: Path, synth: Path) ->
         f"output_dir={out}",
         f"model.path={init}",
         "model.build_tiny=false",
-        f"data.parquet=[{synth / (kind + '.parquet')}]",
+        f"data.parquet=[{parquet}]",
         "data.synth=null",
+        "logging.progress=false",
+        *overrides,
     ]
-    _log(f"training {STAGE_LABELS[stage]} from {init}")
+    _log(f"training {STAGE_LABELS[stage]} from {init} ({recipe} + paravt.train.smoke settings)")
+    t0 = time.perf_counter()
     code, tail = _run(cmd, config.out / "logs" / f"train_{stage}.log")
+    _log(f"{STAGE_LABELS[stage]}: {time.perf_counter() - t0:.0f} s")
     if code != 0:
         return f"paravt-train {command} {recipe} failed (exit {code}): {tail.splitlines()[-1:]}"
     return None
@@ -279,8 +436,10 @@ def run_lmms_cells(
     include_path: Path | None,
     *,
     dispatch: str = "parallel",
+    protocol: dict[str, Any] | None = None,
 ) -> None:
-    """Evaluate every missing (model, task) cell with one lmms-eval CLI run."""
+    """Evaluate every missing (model, task) cell with one lmms-eval CLI run, under `protocol`
+    (EvalConfig fields; None: the paper's defaults)."""
     todo = [c for c in columns if not _cell_path(config.out, model, c.task).is_file()]
     if include_path is not None:  # a synthetic task without documents has no YAML
         todo = [c for c in todo if (include_path / f"{c.task}.yaml").is_file()]
@@ -291,14 +450,11 @@ def run_lmms_cells(
     traces = config.out / "traces" / f"{model}.jsonl"
     args = [
         f"pretrained={ckpt}",
-        f"main_nframes={config.main_nframes}",
-        f"max_new_tokens={config.max_new_tokens}",
+        *(f"{k}={v}" for k, v in (protocol or {}).items()),
         f"dispatch={dispatch}",
         f"device={config.device}",
         f"traces={traces}",
     ]
-    if include_path is not None:  # offline tasks: the cheap CPU protocol
-        args += ["subagent_max_new_tokens=32", "max_pixels=4096"]
     cmd = [
         sys.executable,
         "-m",
@@ -348,8 +504,20 @@ def run_lmms_cells(
         path.write_text(json.dumps(cell, indent=2) + "\n", encoding="utf-8")
 
 
-def run_train_stats(config: ReproduceConfig, stage: str, ckpt: Path, task_dir: Path) -> None:
-    """f_tau and kappa of one checkpoint: rollouts at temperature 0.7 on the MCQ and OE tasks."""
+def run_train_stats(
+    config: ReproduceConfig,
+    stage: str,
+    ckpt: Path,
+    task_dir: Path,
+    *,
+    protocol: dict[str, Any] | None = None,
+    temperature: float = 0.7,
+    reward: Any = None,
+) -> None:
+    """f_tau and kappa of one checkpoint: `config.ftau_rollouts` rollouts at `temperature` over
+    the MCQ and OE documents (cycled) under `protocol`. f_tau is the mean format reward of
+    `reward` (a paravt.rewards.RewardConfig; default: the PARA-GRPO preset), kappa the mean
+    executed crop_video calls per rollout."""
     path = _cell_path(config.out, stage, "train_stats")
     if path.is_file():
         return
@@ -357,27 +525,27 @@ def run_train_stats(config: ReproduceConfig, stage: str, ckpt: Path, task_dir: P
     from paravt.eval.config import EvalConfig
     from paravt.rewards import RewardConfig, score
 
-    docs: list[dict[str, Any]] = []
+    pool: list[dict[str, Any]] = []
     for name in ("paravt_synth_mcq", "paravt_synth_oe"):
         f = task_dir / f"{name}.jsonl"
         if f.is_file():
-            docs += [json.loads(line) for line in f.read_text(encoding="utf-8").splitlines()]
-    docs = docs[: config.ftau_rollouts]
+            pool += [json.loads(line) for line in f.read_text(encoding="utf-8").splitlines()]
+    if not pool:
+        return
+    docs = [pool[i % len(pool)] for i in range(config.ftau_rollouts)]
     eval_config = EvalConfig(
         pretrained=str(ckpt),
-        main_nframes=config.main_nframes,
-        max_new_tokens=config.max_new_tokens,
-        subagent_max_new_tokens=32,
-        max_pixels=4096,
-        temperature=0.7,
+        **(protocol or {}),
+        temperature=temperature,
         device=config.device,
-        batch_size=max(1, len(docs)),
+        batch_size=config.batch_size,
     )
-    _log(f"{stage}: {len(docs)} rollouts at temperature 0.7 for f_tau and kappa")
+    _log(f"{stage}: {len(docs)} rollouts at temperature {temperature:g} for f_tau and kappa")
+    t0 = time.perf_counter()
     agent = EvalAgent(eval_config)
     samples = [
         VideoQuestion(
-            key=d["id"],
+            key=f"{d['id']}#{i}",
             video=d["video"],
             question=d["question"],
             options=options_from(d.get("paravt_options")),
@@ -387,7 +555,7 @@ def run_train_stats(config: ReproduceConfig, stage: str, ckpt: Path, task_dir: P
         for i, d in enumerate(docs)
     ]
     traces = agent.run(samples)
-    reward_config = RewardConfig()
+    reward_config = reward if reward is not None else RewardConfig.paragrpo()
     fmt, calls, errored = [], [], 0
     for doc, trace in zip(docs, traces):
         if trace.error:
@@ -401,8 +569,11 @@ def run_train_stats(config: ReproduceConfig, stage: str, ckpt: Path, task_dir: P
         "task": "train_stats",
         "f_tau": sum(fmt) / len(fmt) if fmt else None,
         "kappa": sum(calls) / len(calls) if calls else None,
+        "tool_usage_rate": sum(c > 0 for c in calls) / len(calls) if calls else None,
         "rollouts": len(fmt),
         "errored": errored,
+        "temperature": temperature,
+        "seconds": round(time.perf_counter() - t0, 1),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(cell, indent=2) + "\n", encoding="utf-8")
@@ -569,16 +740,24 @@ def run_reproduce(config: ReproduceConfig) -> ReproduceResult:
     out = config.out
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    synth = ensure_synth(config)
+    setup = _setup_or_none()
+    protocol = eval_protocol(config, setup)
+    ckpts, missing = ensure_checkpoints(config)
+    synth = ensure_synth(config, setup)
     from paravt.eval.synth_tasks import write_synth_tasks
 
     task_dir = write_synth_tasks(synth, out / "tasks", limit=config.limit)
-    ckpts, missing = ensure_checkpoints(config, synth)
+    _log(f"offline protocol: {protocol}")
+    stats = {
+        "protocol": protocol,
+        "temperature": setup.temperature if setup is not None else 0.7,
+        "reward": setup.reward if setup is not None else None,
+    }
     models: list[str] = [s for s in STAGES]
     for stage in STAGES:
         if stage in ckpts:
-            run_lmms_cells(config, stage, ckpts[stage], SYNTH_COLUMNS, task_dir)
-            run_train_stats(config, stage, ckpts[stage], task_dir)
+            run_lmms_cells(config, stage, ckpts[stage], SYNTH_COLUMNS, task_dir, protocol=protocol)
+            run_train_stats(config, stage, ckpts[stage], task_dir, **stats)
     if "para_grpo" in ckpts:
         run_lmms_cells(
             config,
@@ -587,6 +766,7 @@ def run_reproduce(config: ReproduceConfig) -> ReproduceResult:
             SYNTH_COLUMNS,
             task_dir,
             dispatch="sequential",
+            protocol=protocol,
         )
         models.append("para_grpo_sequential")
     columns = SYNTH_COLUMNS
@@ -598,6 +778,7 @@ def run_reproduce(config: ReproduceConfig) -> ReproduceResult:
     tables = build_tables(out, models, columns, missing)
     tables["seconds"] = round(time.perf_counter() - t0, 1)
     tables["checkpoints"] = {k: str(v) for k, v in ckpts.items()}
+    tables["protocol"] = {**protocol, "f_tau_temperature": stats["temperature"]}
     md = out / "tables.md"
     md.write_text(render_markdown(tables, config.paper_splits), encoding="utf-8")
     js = out / "tables.json"

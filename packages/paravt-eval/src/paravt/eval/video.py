@@ -22,19 +22,25 @@ def local_path(video: str) -> str:
 class ToolsVideoSource:
     """Overview frames and crop toolboxes from one shared `paravt.tools` reader.
 
-    `max_pixels` bounds every frame's pixel count (overview and crops); None keeps the tool's
-    reference budget (784..50176 pixels per frame).
+    `max_pixels` bounds every frame's pixel count (overview and crops) and `max_crop_frames` the
+    frames of one crop; None keeps the tool's reference values (784..50176 pixels per frame, 16
+    frames per crop).
     """
 
-    def __init__(self, max_pixels: int | None = None) -> None:
+    def __init__(self, max_pixels: int | None = None, max_crop_frames: int | None = None) -> None:
         from paravt.tools.crop import CropConfig, VideoReader, default_reader
 
-        if max_pixels is None:
+        if max_pixels is None and max_crop_frames is None:
             self.reader = default_reader()
         else:
             base = CropConfig()
+            pixels = base.max_pixels if max_pixels is None else max_pixels
             self.reader = VideoReader(
-                CropConfig(min_pixels=min(base.min_pixels, max_pixels), max_pixels=max_pixels)
+                CropConfig(
+                    max_frames=base.max_frames if max_crop_frames is None else max_crop_frames,
+                    min_pixels=min(base.min_pixels, pixels),
+                    max_pixels=pixels,
+                )
             )
 
     def overview(self, video: str, num_frames: int) -> tuple[float, list[Frame]]:
