@@ -26,7 +26,7 @@ from paravt.tools.sampling import (
     resize_frames,
     smart_resize,
 )
-from paravt.tools.video import VideoError, VideoInfo, probe
+from paravt.tools.video import VideoError, VideoInfo, keyframe_indices, probe
 
 try:
     __version__ = version("paravt-tools")
@@ -49,6 +49,7 @@ __all__ = [
     "crop_timestamps",
     "default_reader",
     "frames_tensor",
+    "keyframe_indices",
     "overview_sample",
     "overview_timestamps",
     "probe",
