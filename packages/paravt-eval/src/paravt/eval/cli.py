@@ -149,11 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
         "default: train the tiny ones",
     )
     rep.add_argument("--synth-dir", default=None, help="evaluate on this synth directory")
-    rep.add_argument("--n-videos", type=int, default=8, help="held-out synthetic videos")
+    rep.add_argument("--n-videos", type=int, default=6, help="held-out synthetic videos")
     rep.add_argument(
         "--duration", type=float, default=None, help="held-out video length (default: training's)"
     )
-    rep.add_argument("--limit", type=int, default=8, help="documents per task")
+    rep.add_argument("--limit", type=int, default=6, help="documents per task")
     rep.add_argument("--no-train", action="store_true", help="never train; fill what exists")
     rep.add_argument(
         "--paper-splits",
@@ -165,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-crop-frames", type=int, default=None, help="frames per crop")
     g.add_argument("--max-new-tokens", type=int, default=None, help="main-agent tokens per turn")
     rep.add_argument(
-        "--ftau-rollouts", type=int, default=32, help="rollouts per stage for f_tau and kappa"
+        "--ftau-rollouts", type=int, default=24, help="rollouts per stage for f_tau and kappa"
     )
     rep.add_argument("--device", default="cpu")
     rep.set_defaults(func=cmd_reproduce)

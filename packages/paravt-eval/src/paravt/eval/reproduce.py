@@ -100,14 +100,14 @@ class ReproduceConfig(BaseModel):
     synth_dir: Path | None = Field(
         None, description="Existing `paravt-tools synth` directory to evaluate on."
     )
-    n_videos: int = Field(8, ge=1, description="Held-out synthetic videos to generate.")
+    n_videos: int = Field(6, ge=1, description="Held-out synthetic videos to generate.")
     duration_s: float | None = Field(
         None, gt=0, description="Length of each held-out video (None: the training task's)."
     )
     eval_seed: int = Field(
         1, description="Seed of the held-out benchmark (the tiny stages train on seed 0)."
     )
-    limit: int | None = Field(8, ge=1, description="Documents per synthetic task.")
+    limit: int | None = Field(6, ge=1, description="Documents per synthetic task.")
     train: bool = Field(True, description="Train missing tiny stages with paravt-train.")
     paper_splits: bool = Field(False, description="Also run the seven paper splits.")
     main_nframes: int | None = Field(None, ge=1, description="Overview frames K.")
@@ -117,7 +117,7 @@ class ReproduceConfig(BaseModel):
     subagent_max_new_tokens: int | None = Field(None, ge=1, description="Tokens per summary.")
     max_turns: int | None = Field(None, ge=1, description="Main-agent turns.")
     max_parallel: int | None = Field(None, ge=1, description="crop_video calls per turn.")
-    ftau_rollouts: int = Field(32, ge=1, description="Rollouts per stage for f_tau and kappa.")
+    ftau_rollouts: int = Field(24, ge=1, description="Rollouts per stage for f_tau and kappa.")
     batch_size: int = Field(8, ge=1, description="Samples generated together.")
     device: str = "cpu"
 
@@ -616,6 +616,7 @@ def build_tables(
                 "label": STAGE_LABELS.get(model, model),
                 "values": values,
                 "errored": [c["errored"] if c else 0 for c in cells],
+                "samples": [c.get("samples") if c else None for c in cells],
                 "avg": sum(filled) / len(filled) if len(filled) == len(values) else None,
                 "avg_tool_calls": [
                     c["metrics"].get("avg_tool_calls") if c else None for c in cells
@@ -631,7 +632,14 @@ def build_tables(
         if row["model"] not in STAGES:
             continue
         stats = _load_cell(out, row["model"], "train_stats") or {}
-        table2.append({**row, "f_tau": stats.get("f_tau"), "kappa": stats.get("kappa")})
+        table2.append(
+            {
+                **row,
+                "f_tau": stats.get("f_tau"),
+                "kappa": stats.get("kappa"),
+                "rollouts": stats.get("rollouts"),
+            }
+        )
     block_c = [r for r in table1 if r["model"] in ("para_grpo_sequential", "para_grpo")]
     return {
         "columns": [c.label for c in columns],
@@ -646,6 +654,23 @@ def build_tables(
 def render_markdown(tables: dict[str, Any], paper: bool) -> str:
     cols = tables["columns"]
     lines = ["# ParaVT reproduction", ""]
+    protocol = tables.get("protocol") or {}
+    if protocol:
+        samples = sorted({n for r in tables["table1"] for n in r.get("samples", []) if n})
+        lines += [
+            "Protocol (the tiny stages' training protocol): "
+            f"{protocol.get('main_nframes', 64)} overview frames, "
+            f"at most {protocol.get('max_crop_frames', 16)} frames per crop, "
+            f"{protocol.get('max_pixels', 50176)} pixels per frame, "
+            f"{protocol.get('max_turns', 3)} turns, "
+            f"at most {protocol.get('max_parallel', 5)} parallel calls per turn, "
+            f"{protocol.get('max_new_tokens', 2048)} / "
+            f"{protocol.get('subagent_max_new_tokens', 256)} new tokens (main / sub-agent), "
+            "greedy. "
+            + (f"{'/'.join(map(str, samples))} documents per task. " if samples else "")
+            + (f"Wall time {tables['seconds']:.0f} s." if tables.get("seconds") else ""),
+            "",
+        ]
     lines += [
         "## Table 1 layout: accuracy per benchmark (mIoU for grounding), percent",
         "",
@@ -665,8 +690,15 @@ def render_markdown(tables: dict[str, Any], paper: bool) -> str:
         "",
         "## Table 2 layout: training stages",
         "",
-        "f_tau: mean format reward of rollouts at temperature 0.7; kappa: mean executed "
-        "crop_video calls per rollout.",
+        "f_tau: mean format reward (PARA-GRPO recipe's reward) of rollouts at temperature "
+        f"{protocol.get('f_tau_temperature', 0.7)}; kappa: mean executed crop_video calls per "
+        "rollout; "
+        + (
+            f"{tables['table2'][0].get('rollouts')} rollouts per stage. "
+            if tables["table2"] and tables["table2"][0].get("rollouts")
+            else ""
+        )
+        + "Block B (anchoring or gating alone) is not run.",
         "",
         "| Stage | f_tau | kappa | " + " | ".join(cols) + " | Avg |",
         "|---|---|---|" + "---|" * (len(cols) + 1),
@@ -684,6 +716,18 @@ def render_markdown(tables: dict[str, Any], paper: bool) -> str:
         name = "sequential" if row["model"] == "para_grpo_sequential" else "parallel"
         vals = [_fmt(v, e) for v, e in zip(row["values"], row["errored"])]
         lines.append(f"| {name} | " + " | ".join(vals) + f" | {_fmt(row['avg'])} |")
+    by_name = {r["model"]: r for r in tables["block_c"]}
+    if len(by_name) == 2:
+        par, seq = by_name["para_grpo"], by_name["para_grpo_sequential"]
+        deltas = [
+            None if p is None or q is None else p - q
+            for p, q in zip([*par["values"], par["avg"]], [*seq["values"], seq["avg"]])
+        ]
+        lines.append(
+            "| parallel - sequential | "
+            + " | ".join("-" if d is None else f"{d:+.1f}" for d in deltas)
+            + " |"
+        )
     lines += ["", "### Tool use per cell (avg_tool_calls / tool_usage_rate)", ""]
     lines += ["| Model | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
     for row in tables["table1"]:
