@@ -11,9 +11,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import torch
-from conftest import tool_conversation
 from rl_helpers import EveryOtherScripted, examples
 
+from conftest import tool_conversation
 from paravt.train.recipe import load_recipe
 from paravt.train.rl import train_rl
 from paravt.train.sft import train_sft

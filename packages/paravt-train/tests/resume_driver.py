@@ -11,8 +11,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import torch
-from conftest import tool_conversation
 
+from conftest import tool_conversation
 from paravt.train.recipe import load_recipe
 from paravt.train.sft import train_sft
 
