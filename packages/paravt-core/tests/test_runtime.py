@@ -184,3 +184,16 @@ def test_agent_config_rejects_unknown_keys_and_bad_values() -> None:
         AgentConfig.model_validate({"max_turn": 3})
     with pytest.raises(ValueError):
         AgentConfig(dispatch="random")  # type: ignore[arg-type]
+
+
+def test_turn_records_serialise_to_json_with_calls_issues_and_timings() -> None:
+    engine = make_engine("look</think>" + call(0, 10) + "<tool_call>{}</tool_call>")
+    (ep,) = run_episodes_sync([task()], engine)
+    data = json.loads(json.dumps([t.to_dict() for t in ep.turns]))
+    first = data[0]
+    assert first["think"] == "look" and first["answer"] is None
+    assert [c["window_s"] for c in first["calls"]] == [[0.0, 10.0], None]
+    assert first["calls"][0]["summary"] == "red square seen"
+    assert {"kind": "invalid_call", "message": first["issues"][0]["message"]} == first["issues"][0]
+    assert set(first["timings_s"]) == {"generate", "tools", "subagents"}
+    assert data[1]["answer"] == "A"

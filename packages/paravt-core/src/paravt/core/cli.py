@@ -101,36 +101,6 @@ def trajectory_to_dict(traj: Trajectory) -> dict[str, Any]:
 
 def episode_to_dict(episode: Episode) -> dict[str, Any]:
     """An `Episode` as JSON-ready data: turns, calls, every trajectory."""
-    turns = []
-    for t in episode.turns:
-        turns.append(
-            {
-                "turn": t.turn,
-                "response": t.response,
-                "finish_reason": t.finish_reason,
-                "num_tokens": t.num_tokens,
-                "answer": t.parsed.answer,
-                "issues": [i.kind.value for i in t.parsed.issues],
-                "calls": [
-                    {
-                        "index": c.index,
-                        "name": c.name,
-                        "arguments": c.arguments,
-                        "executed": c.executed,
-                        "window_s": list(c.window_s) if c.window_s else None,
-                        "num_frames": c.num_frames,
-                        "error": c.error,
-                        "summary": c.summary,
-                    }
-                    for c in t.calls
-                ],
-                "timings_s": {
-                    "generate": round(t.generate_s, 4),
-                    "tools": round(t.tools_s, 4),
-                    "subagents": round(t.subagent_s, 4),
-                },
-            }
-        )
     return {
         "key": episode.key,
         "answer": episode.answer,
@@ -138,7 +108,7 @@ def episode_to_dict(episode: Episode) -> dict[str, Any]:
         "num_tool_calls": episode.num_tool_calls,
         "num_tool_errors": episode.num_tool_errors,
         "total_s": round(episode.total_s, 4),
-        "turns": turns,
+        "turns": [t.to_dict() for t in episode.turns],
         "main": trajectory_to_dict(episode.main),
         "subagents": [trajectory_to_dict(s) for s in episode.subagents],
     }

@@ -180,6 +180,20 @@ class CallRecord:
     summary: str | None = None
     note: str = ""
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data (windows as lists)."""
+        return {
+            "index": self.index,
+            "name": self.name,
+            "arguments": self.arguments,
+            "executed": self.executed,
+            "window_s": list(self.window_s) if self.window_s else None,
+            "num_frames": self.num_frames,
+            "error": self.error,
+            "note": self.note,
+            "summary": self.summary,
+        }
+
 
 @dataclass
 class TurnRecord:
@@ -204,6 +218,24 @@ class TurnRecord:
     @property
     def errors(self) -> list[str]:
         return [c.error for c in self.calls if c.error]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data for traces and people: think, answer, issues, calls and timings."""
+        return {
+            "turn": self.turn,
+            "response": self.response,
+            "think": self.parsed.think,
+            "answer": self.parsed.answer,
+            "finish_reason": self.finish_reason,
+            "num_tokens": self.num_tokens,
+            "issues": [{"kind": i.kind.value, "message": i.message} for i in self.parsed.issues],
+            "calls": [c.to_dict() for c in self.calls],
+            "timings_s": {
+                "generate": round(self.generate_s, 4),
+                "tools": round(self.tools_s, 4),
+                "subagents": round(self.subagent_s, 4),
+            },
+        }
 
 
 @dataclass
