@@ -6,8 +6,8 @@ sample's video path (never the model's) and implements the core `Toolbox` protoc
 
 Per turn: every window is validated and clamped to `[0, duration]`, its frames are chosen on the
 video's frame grid, the frames of all windows are merged, sorted and deduplicated, cached ones are
-reused, the rest are decoded by one decoder per contiguous chunk on the pool (resized inside
-FFmpeg), and the frames are split back per call in call order. A window that fails to decode
+reused, the rest are decoded by one decoder per contiguous chunk on the pool (resized by torch
+in bounded groups), and the frames are split back per call in call order. A window that fails to decode
 returns an error; the others still return their frames.
 """
 
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     import torch
 
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024
+DECODE_GROUP_BYTES = 64 * 1024 * 1024  # native-size frames one decode thread holds at once
 MAX_CALLS_PER_TURN = 32  # far above max_parallel; a bound on what one turn may ask for
 
 
@@ -191,12 +192,29 @@ class VideoReader:
     def _decode_chunk(
         self, info: VideoInfo, size: tuple[int, int] | None, indices: list[int]
     ) -> list[tuple[torch.Tensor, float]]:
-        decoder = open_decoder(info.path, size=size)
+        """Decode sorted `indices` with one decoder, at native size in groups of at most
+        `DECODE_GROUP_BYTES`, each group resized to `size` by torch (bilinear, antialiased).
+
+        torch's uint8 resize measured 2-3x cheaper than torchcodec's decoder-side `Resize` here
+        (0.16 vs 0.4 ms per 640x272 frame, 0.9 vs 2.4 ms per 1280x720 frame); the groups bound
+        the native-size frames held at once. One decoder keeps its position across groups, so a
+        group continues where the previous one stopped without seeking back.
+        """
+        import torch.nn.functional as F
+
+        decoder = open_decoder(info.path)
         # Ask for the middle of each frame's display interval: robust to rounding of timestamps.
         times = [info.frame_time_s(i) + 0.5 / info.fps for i in indices]
-        batch = decoder.get_frames_played_at(times)
-        pts = batch.pts_seconds.tolist()
-        return [(batch.data[j].clone(), float(pts[j])) for j in range(len(indices))]
+        group = max(1, DECODE_GROUP_BYTES // max(1, 3 * info.width * info.height))
+        out: list[tuple[torch.Tensor, float]] = []
+        for g in range(0, len(times), group):
+            batch = decoder.get_frames_played_at(times[g : g + group])
+            data = batch.data
+            if size is not None and tuple(data.shape[-2:]) != size:
+                data = F.interpolate(data, size=size, mode="bilinear", antialias=True)
+            pts = batch.pts_seconds.tolist()
+            out.extend((data[j].clone(), float(pts[j])) for j in range(len(pts)))
+        return out
 
     def _decode(
         self, info: VideoInfo, indices: list[int]

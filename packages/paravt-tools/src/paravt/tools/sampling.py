@@ -87,7 +87,7 @@ def resize_frames(
 ) -> torch.Tensor:
     """Resize uint8 frames `(T, C, H, W)` (or one `(C, H, W)`) to the `smart_resize` size.
 
-    Bilinear with antialiasing, like the decoder-side resize the crop tool uses; uint8 in and out.
+    Bilinear with antialiasing, as the crop tool resizes decoded frames; uint8 in and out.
     """
     import torch
     import torch.nn.functional as F
