@@ -744,32 +744,45 @@ def render_markdown(tables: dict[str, Any], paper: bool) -> str:
 
 
 def draw_chart(tables: dict[str, Any], path: Path) -> None:
+    """Table 1 (scores per task, block C's sequential row included) and Table 2 (f_tau, kappa)
+    as bars, each labelled with its value; an empty cell is labelled "n/a", not drawn as 0."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    def label(v: float | None, digits: int) -> str:
+        return "n/a" if v is None else f"{v:.{digits}f}"
+
     rows = [r for r in tables["table1"]]
     cols = [*tables["columns"], "Avg"]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [3, 1]})
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5.2), gridspec_kw={"width_ratios": [3, 1]})
     width = 0.8 / max(1, len(rows))
+    top = 0.0
     for i, row in enumerate(rows):
-        vals = [v if v is not None else 0.0 for v in [*row["values"], row["avg"]]]
+        raw = [*row["values"], row["avg"]]
+        vals = [v if v is not None else 0.0 for v in raw]
+        top = max(top, *vals)
         xs = [j + i * width for j in range(len(cols))]
-        ax1.bar(xs, vals, width, label=STAGE_LABELS.get(row["model"], row["model"]))
+        bars = ax1.bar(xs, vals, width, label=STAGE_LABELS.get(row["model"], row["model"]))
+        ax1.bar_label(bars, [label(v, 1) for v in raw], fontsize=6, padding=1)
     ax1.set_xticks([j + 0.4 - width / 2 for j in range(len(cols))], cols, fontsize=8)
-    ax1.set_ylim(0, 100)
-    ax1.set_ylabel("percent (missing cells drawn as 0)")
-    ax1.set_title("Table 1 layout: per-task score")
-    ax1.legend(fontsize=7)
+    ax1.set_ylim(0, min(100.0, max(10.0, top * 1.25)))
+    ax1.set_ylabel("percent")
+    ax1.set_title("Table 1 layout: score per task (block C: sequential dispatch)")
+    ax1.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=3, frameon=False)
     t2 = tables["table2"]
     names = [SHORT_LABELS.get(r["model"], r["model"]) for r in t2]
     xs = list(range(len(t2)))
-    ax2.bar([x - 0.2 for x in xs], [r["f_tau"] or 0.0 for r in t2], 0.4, label="f_tau")
-    ax2.bar([x + 0.2 for x in xs], [r["kappa"] or 0.0 for r in t2], 0.4, label="kappa")
+    for key, shift in (("f_tau", -0.2), ("kappa", 0.2)):
+        raw = [r[key] for r in t2]
+        bars = ax2.bar([x + shift for x in xs], [v or 0.0 for v in raw], 0.4, label=key)
+        ax2.bar_label(bars, [label(v, 2) for v in raw], fontsize=6, padding=1)
     ax2.set_xticks(xs, names, fontsize=8)
+    ax2.set_ylabel("f_tau (0-1) / kappa (calls per rollout)")
     ax2.set_title("Table 2 layout: f_tau and kappa")
-    ax2.legend(fontsize=7)
+    ax2.legend(fontsize=7, loc="upper left")
+    ax2.margins(y=0.15)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
