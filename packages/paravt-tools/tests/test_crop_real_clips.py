@@ -199,3 +199,24 @@ def test_an_overview_snapped_to_keyframes_stays_uniform_within_its_tolerance_and
 
     output = ToolOutput(frames=frames, window_s=(0.0, info.duration_s))
     _check_frames_match(reader, path, reference_decodes["bikes.mp4"], [output])
+
+
+def test_frames_decoded_in_small_memory_bounded_groups_still_match_the_decode(
+    real_clips, reference_decodes, monkeypatch
+):  # type: ignore[no-untyped-def]
+    from paravt.tools import crop
+
+    path = real_clips["bigbuckbunny.mp4"]  # 1280x720: 2.7 MB per native frame
+    monkeypatch.setattr(crop, "DECODE_GROUP_BYTES", 2 * 3 * 1280 * 720)  # two frames per group
+    reader = VideoReader(cache_bytes=0, workers=1)
+    info = reader.probe(path)
+    outputs = reader.crop(
+        path,
+        [
+            CropVideoArgs(start_time=0.0, end_time=info.duration_s, num_frames=9),
+            CropVideoArgs(start_time=1.0, end_time=1.5, num_frames=5),
+        ],
+    )
+    assert [len(o.frames) for o in outputs] == [9, 5]
+    checked = _check_frames_match(reader, path, reference_decodes["bigbuckbunny.mp4"], outputs)
+    assert checked == 14
