@@ -212,6 +212,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
     CACHE.mkdir(parents=True, exist_ok=True)
     import torch
 
@@ -284,6 +285,7 @@ def main() -> int:
         "repeats": args.repeats,
         "machine": {
             "cpus": os.cpu_count(),
+            "load_avg_at_start": load_at_start,
             "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
             "python": platform.python_version(),
             "torch": torch.__version__,

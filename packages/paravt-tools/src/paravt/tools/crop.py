@@ -7,8 +7,8 @@ sample's video path (never the model's) and implements the core `Toolbox` protoc
 Per turn: every window is validated and clamped to `[0, duration]`, its frames are chosen on the
 video's frame grid, the frames of all windows are merged, sorted and deduplicated, cached ones are
 reused, the rest are decoded by one decoder per contiguous chunk on the pool (resized by torch
-in bounded groups), and the frames are split back per call in call order. A window that fails to decode
-returns an error; the others still return their frames.
+in bounded groups), and the frames are split back per call in call order. A window that fails to
+decode returns an error; the others still return their frames.
 """
 
 from __future__ import annotations
