@@ -76,10 +76,15 @@ def render_trace(trace: SampleTrace, *, model: str, console: Console | None = No
         if turn["answer"] is not None:
             parts.append(Text("answer: ", style="bold green") + Text(turn["answer"]))
         if turn["issues"]:
-            parts.append(Text("format issues: " + "; ".join(turn["issues"][:4]), style="yellow"))
-        timing = f"generate {turn['generate_s']:.2f} s"
+            parts.append(
+                Text(
+                    "format issues: " + "; ".join(i["message"] for i in turn["issues"][:4]),
+                    style="yellow",
+                )
+            )
+        timing = f"generate {turn['timings_s']['generate']:.2f} s"
         if calls:
-            timing += f", tools {turn['tools_s']:.2f} s, sub-agents {turn['subagent_s']:.2f} s"
+            timing += f", tools {turn['timings_s']['tools']:.2f} s, sub-agents {turn['timings_s']['subagents']:.2f} s"
         parts.append(
             Text(f"{turn['num_tokens']} tokens ({turn['finish_reason']}); {timing}", style="dim")
         )

@@ -49,39 +49,7 @@ class SampleTrace:
 
 def turns_of(episode: Episode) -> list[dict[str, Any]]:
     """The turns of an episode as plain data: think, calls with windows, summaries, timings."""
-    out = []
-    for t in episode.turns:
-        calls = []
-        for c in t.calls:
-            calls.append(
-                {
-                    "index": c.index,
-                    "name": c.name,
-                    "arguments": c.arguments,
-                    "executed": c.executed,
-                    "window_s": list(c.window_s) if c.window_s else None,
-                    "num_frames": c.num_frames,
-                    "error": c.error,
-                    "note": c.note,
-                    "summary": c.summary,
-                }
-            )
-        out.append(
-            {
-                "turn": t.turn,
-                "think": t.parsed.think,
-                "answer": t.parsed.answer,
-                "response": t.response,
-                "finish_reason": t.finish_reason,
-                "num_tokens": t.num_tokens,
-                "issues": [i.message for i in t.parsed.issues],
-                "calls": calls,
-                "generate_s": round(t.generate_s, 4),
-                "tools_s": round(t.tools_s, 4),
-                "subagent_s": round(t.subagent_s, 4),
-            }
-        )
-    return out
+    return [t.to_dict() for t in episode.turns]
 
 
 def response_of(episode: Episode) -> str:
