@@ -9,19 +9,12 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def tiny_model_path(request: pytest.FixtureRequest) -> Path:
-    """The tiny Qwen3-VL (seed 0), cached across sessions in $PARAVT_CACHE_DIR or pytest's cache."""
+def tiny_model_path() -> Path:
+    """The tiny Qwen3-VL (seed 0), built once into $PARAVT_CACHE_DIR or ~/.cache/paravt."""
     from paravt.core.tiny import cached_tiny_qwen3vl
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    env = os.environ.get("PARAVT_CACHE_DIR")
-    if env:
-        cache = Path(env)
-    elif getattr(request.config, "cache", None) is not None:
-        cache = Path(request.config.cache.mkdir("paravt-tiny-models"))
-    else:  # pytest -p no:cacheprovider
-        cache = Path.home() / ".cache" / "paravt"
-    return cached_tiny_qwen3vl(seed=0, cache_dir=cache)
+    return cached_tiny_qwen3vl(seed=0)
 
 
 @pytest.fixture(scope="session")

@@ -10,11 +10,8 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import pytest
-
-pytest.importorskip("transformers")
-
 import numpy as np
+import pytest
 import torch
 
 from paravt.core import (

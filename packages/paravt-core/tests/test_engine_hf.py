@@ -8,11 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-pytest.importorskip("transformers")
-
 import numpy as np
+import pytest
 import torch
 
 from paravt.core import Generated, ImagePart, Message, SamplingParams, TextPart, Trajectory

@@ -11,12 +11,8 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import pytest
-
-pytest.importorskip("httpx")
-pytest.importorskip("PIL")
-
 import numpy as np
+import pytest
 from PIL import Image
 
 from paravt.core import (
@@ -135,7 +131,8 @@ def test_requests_carry_model_messages_frames_as_data_urls_and_sampling(
 
 
 def test_torch_and_chw_frames_encode_to_the_same_png() -> None:
-    torch = pytest.importorskip("torch")
+    import torch
+
     image = frame(1)
     expected = image_data_url(image)
     assert image_data_url(np.ascontiguousarray(image.transpose(2, 0, 1))) == expected

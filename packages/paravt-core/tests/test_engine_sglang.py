@@ -6,11 +6,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-pytest.importorskip("transformers")
-
 import numpy as np
+import pytest
 import torch
 
 from paravt.core import (

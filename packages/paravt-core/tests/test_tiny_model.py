@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("transformers")
-
 from paravt.core.tiny import (
     CHAT_SPECIAL_TOKENS,
     MARKER_FILE,

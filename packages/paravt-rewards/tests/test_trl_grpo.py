@@ -12,26 +12,14 @@ import pytest
 from paravt.rewards import RewardConfig, score
 from paravt.rewards.integrations import trl_reward_funcs, trl_reward_weights
 
-pytest.importorskip("trl", reason="the TRL integration test needs trl==1.16.0")
-pytest.importorskip("transformers", reason="the tiny model needs paravt-core[hf]")
-
 
 @pytest.fixture(scope="session")
-def tiny_model_path(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Path:
-    """The tiny Qwen3-VL (seed 0), shared with paravt-core's tests through the same cache."""
+def tiny_model_path() -> Path:
+    """The tiny Qwen3-VL (seed 0), built once into $PARAVT_CACHE_DIR or ~/.cache/paravt."""
     from paravt.core.tiny import cached_tiny_qwen3vl
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    env = os.environ.get("PARAVT_CACHE_DIR")
-    if env:
-        cache = Path(env)
-    elif getattr(request.config, "cache", None) is not None:
-        cache = Path(request.config.cache.mkdir("paravt-tiny-models"))
-    else:  # pytest -p no:cacheprovider
-        cache = tmp_path_factory.mktemp("paravt-tiny-models")
-    return cached_tiny_qwen3vl(seed=0, cache_dir=cache)
+    return cached_tiny_qwen3vl(seed=0)
 
 
 @pytest.mark.slow

@@ -13,14 +13,12 @@ from paravt.core.protocol import Frame, Message, TextPart
 
 
 @pytest.fixture(scope="session")
-def tiny_model_path(request: pytest.FixtureRequest) -> Path:
-    """The tiny Qwen3-VL (seed 0), cached across sessions in $PARAVT_CACHE_DIR or pytest's cache."""
+def tiny_model_path() -> Path:
+    """The tiny Qwen3-VL (seed 0), built once into $PARAVT_CACHE_DIR or ~/.cache/paravt."""
     from paravt.core.tiny import cached_tiny_qwen3vl
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    env = os.environ.get("PARAVT_CACHE_DIR")
-    cache = Path(env) if env else Path(request.config.cache.mkdir("paravt-tiny-models"))
-    return cached_tiny_qwen3vl(seed=0, cache_dir=cache)
+    return cached_tiny_qwen3vl(seed=0)
 
 
 def colour_frames(colour: tuple[int, int, int], n: int = 2, size: int = 64) -> list[Frame]:
