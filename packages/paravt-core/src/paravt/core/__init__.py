@@ -6,6 +6,13 @@ Light by design: importing it needs only pydantic. Engines live in `paravt.core.
 
 from importlib.metadata import PackageNotFoundError, version
 
+from paravt.core.agent_protocol import (
+    PAPER_PROTOCOL,
+    PARAVT_PROTOCOL,
+    PROTOCOLS,
+    AgentProtocol,
+    get_protocol,
+)
 from paravt.core.parser import (
     Block,
     Issue,
@@ -58,9 +65,13 @@ except PackageNotFoundError:  # running from a source tree without an install
 
 __all__ = [
     "CROP_VIDEO",
+    "PAPER_PROTOCOL",
+    "PARAVT_PROTOCOL",
     "PROMPT_MODES",
+    "PROTOCOLS",
     "THINK_PREFIX",
     "AgentConfig",
+    "AgentProtocol",
     "AgentTask",
     "Block",
     "CallRecord",
@@ -88,6 +99,7 @@ __all__ = [
     "build_main_prompt",
     "build_subagent_prompt",
     "crop_video_schema",
+    "get_protocol",
     "parse_response",
     "parse_time_s",
     "render_frames",

@@ -18,18 +18,16 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from paravt.core.parser import ParsedResponse, ToolCall, parse_response
-from paravt.core.prompts import (
-    FINAL_ANSWER_NOTE,
-    THINK_PREFIX,
-    build_subagent_prompt,
-    tool_response_message,
-)
+from paravt.core.prompts import THINK_PREFIX, build_subagent_prompt
 from paravt.core.protocol import CropVideoArgs, Message, ToolOutput
+
+if TYPE_CHECKING:  # pragma: no cover
+    from paravt.core.agent_protocol import AgentProtocol
 
 Dispatch = Literal["parallel", "sequential"]
 ToolResponseMode = Literal["subagent", "frames"]
@@ -281,12 +279,15 @@ class Episode:
 
 @dataclass
 class AgentTask:
-    """One sample: its first prompt (see `prompts.build_main_prompt`), its toolbox, its question."""
+    """One sample: its first prompt (see `prompts.build_main_prompt`), its toolbox, its question.
+
+    `answer_kind` (`mcq`, `grounding`, `open`) picks the protocol's final-answer note."""
 
     key: str
     messages: list[Message]
     toolbox: Toolbox
     question: str
+    answer_kind: str = "mcq"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -353,10 +354,19 @@ def _summary_of(text: str) -> str:
 
 
 async def run_episodes(
-    tasks: Sequence[AgentTask], engine: Engine, config: AgentConfig | None = None
+    tasks: Sequence[AgentTask],
+    engine: Engine,
+    config: AgentConfig | None = None,
+    protocol: AgentProtocol | None = None,
 ) -> list[Episode]:
-    """Run a batch of agent episodes in lockstep, batching generations across episodes."""
+    """Run a batch of agent episodes in lockstep, batching generations across episodes.
+
+    `protocol` (default: paravt's) says how calls are read, how their results and the final-answer
+    note are written, and the forced request's token limit; `config` bounds turns and calls."""
+    from paravt.core.agent_protocol import PARAVT_PROTOCOL
+
     config = config or AgentConfig()
+    protocol = protocol or PARAVT_PROTOCOL
     prefix = THINK_PREFIX if config.think_prefix else ""
     states: list[_State] = []
     for task in tasks:
@@ -369,7 +379,7 @@ async def run_episodes(
         if not active:
             break
         t0 = time.perf_counter()
-        outs = await engine.generate([s.episode.main for s in active], config.sampling)
+        outs = await _generate(engine, active, config, protocol, last=turn == config.max_turns)
         generate_s = time.perf_counter() - t0
 
         plans: list[tuple[_State, TurnRecord, list[tuple[int, CropVideoArgs]]]] = []
@@ -378,13 +388,15 @@ async def run_episodes(
             state.episode.main.add_generated(out)
             response = prefix + out.text
             parsed = parse_response(response, max_num_frames=config.max_num_frames)
+            calls = protocol.read_calls(response)
+            calls = parsed.tool_calls if calls is None else calls
             record = TurnRecord(
                 turn, response, parsed, out.finish_reason, len(out.token_ids), generate_s=generate_s
             )
             state.episode.turns.append(record)
-            if turn == config.max_turns or not parsed.tool_calls:
+            if turn == config.max_turns or not calls:
                 state.done = True
-                for i, call in enumerate(parsed.tool_calls):  # last turn: recorded, not run
+                for i, call in enumerate(calls):  # last turn: recorded, not run
                     record.calls.append(
                         CallRecord(
                             i,
@@ -395,7 +407,7 @@ async def run_episodes(
                         )
                     )
                 continue
-            record.calls, to_run = _plan_calls(parsed.tool_calls, config)
+            record.calls, to_run = _plan_calls(calls, config)
             plans.append((state, record, to_run))
         if not plans:
             continue
@@ -426,18 +438,20 @@ async def run_episodes(
             for _, record, _ in plans:
                 record.subagent_s = subagent_s
 
-        for p, ((state, record, _), by_index) in enumerate(zip(plans, outputs_by_plan)):
-            messages: list[Message] = []
+        for p, ((state, record, run), by_index) in enumerate(zip(plans, outputs_by_plan)):
+            args_of = dict(run)
+            results: list[tuple[CropVideoArgs | None, ToolOutput, str | None, bool]] = []
             for rec in record.calls:
                 if rec.index in by_index:
-                    output = by_index[rec.index]
                     summary = summaries.get((p, rec.index))
                     rec.summary = summary
-                    messages.append(tool_response_message(output, summary=summary))
+                    results.append((args_of[rec.index], by_index[rec.index], summary, True))
                 else:
-                    messages.append(tool_response_message(ToolOutput.failure(rec.error or "")))
-            if turn + 1 == config.max_turns:
-                messages.append(Message("user", FINAL_ANSWER_NOTE))
+                    results.append((None, ToolOutput.failure(rec.error or ""), None, False))
+            messages = protocol.tool_messages(results)
+            note = protocol.final_note(state.task.answer_kind)  # type: ignore[arg-type]
+            if turn + 1 == config.max_turns and note:
+                messages.append(Message("user", note))
                 state.episode.forced_answer = True
             assert state.last is not None
             encoded = engine.encode_continuation(
@@ -448,6 +462,31 @@ async def run_episodes(
     for state in states:
         state.episode.total_s = time.perf_counter() - state.started
     return [s.episode for s in states]
+
+
+async def _generate(
+    engine: Engine,
+    active: list[_State],
+    config: AgentConfig,
+    protocol: AgentProtocol,
+    *,
+    last: bool,
+) -> list[Generated]:
+    """One batched generation; a forced final request uses the protocol's own token limit (per
+    answer kind, so a batch may split into one call per limit)."""
+    groups: dict[int | None, list[int]] = {}
+    for i, state in enumerate(active):
+        limit = protocol.final_max_new_tokens(state.task.answer_kind) if last else None  # type: ignore[arg-type]
+        groups.setdefault(limit, []).append(i)
+    outs: list[Generated | None] = [None] * len(active)
+    for limit, members in groups.items():
+        sampling = config.sampling
+        if limit is not None:
+            sampling = sampling.model_copy(update={"max_new_tokens": limit})
+        got = await engine.generate([active[i].episode.main for i in members], sampling)
+        for i, out in zip(members, got):
+            outs[i] = out
+    return [o for o in outs if o is not None]
 
 
 async def _run_subagents(
