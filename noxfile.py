@@ -16,7 +16,7 @@ PACKAGES = ["paravt-core", "paravt-tools", "paravt-rewards", "paravt-train", "pa
 LIGHT_PACKAGES = ["paravt-core", "paravt-rewards"]  # must install and import without torch
 # The CPU stack verified in ../shared/docs/ENVIRONMENT.md (torch 2.13 has no working torchvision).
 CPU_STACK = ["torch==2.14.1", "torchvision==0.29.1", "torchcodec==0.17.0"]
-EDITABLE_EXTRAS = {"paravt-core": "[hf,openai]", "paravt-train": "[deepspeed]"}
+EDITABLE_EXTRAS = {"paravt-core": "[hf,openai,sglang]", "paravt-train": "[deepspeed]"}
 # Release tooling (tools/release.py): build, check, upload. hatchling allows --no-isolation builds.
 RELEASE_TOOLS = [
     "build>=1.2",

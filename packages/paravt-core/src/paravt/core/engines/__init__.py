@@ -3,8 +3,9 @@
 - `paravt.core.engines.hf.HFEngine` (extra `hf`): transformers, in-process, CPU or GPU; the default.
 - `paravt.core.engines.openai.OpenAIEngine` (extra `openai`): an OpenAI-compatible chat-completions
   server (vLLM, SGLang), text in and text out.
-- `paravt.core.engines.sglang.SGLangEngine` (extra `sglang`): SGLang's offline engine with weight
-  sync for RL; not yet exercised on a GPU.
+- `paravt.core.engines.sglang_server.SGLangServerEngine` (extra `sglang`): SGLang servers'
+  native HTTP API (`sglang.launch_server`, or its router), token ids in, token ids and log-probs
+  out, weight pushes with a checked version; exercised on CPU against `paravt.core.fake_sglang`.
 - `paravt.core.engines.scripted.ScriptedTurns`: wraps any token engine and replaces chosen main-agent
   turns with scripted text (demos and tests of a random model that never calls tools by itself).
 
@@ -19,16 +20,16 @@ if TYPE_CHECKING:  # pragma: no cover
     from paravt.core.engines.hf import HFEngine
     from paravt.core.engines.openai import OpenAIEngine
     from paravt.core.engines.scripted import ScriptedTurns
-    from paravt.core.engines.sglang import SGLangEngine
+    from paravt.core.engines.sglang_server import SGLangServerEngine
 
 _LAZY = {
     "HFEngine": "paravt.core.engines.hf",
     "OpenAIEngine": "paravt.core.engines.openai",
-    "SGLangEngine": "paravt.core.engines.sglang",
+    "SGLangServerEngine": "paravt.core.engines.sglang_server",
     "ScriptedTurns": "paravt.core.engines.scripted",
 }
 
-__all__ = ["HFEngine", "OpenAIEngine", "SGLangEngine", "ScriptedTurns"]
+__all__ = ["HFEngine", "OpenAIEngine", "SGLangServerEngine", "ScriptedTurns"]
 
 
 def __getattr__(name: str) -> Any:

@@ -52,6 +52,11 @@ class ScriptedTurns:
                 f"{type(self.engine).__name__} cannot tokenize scripted text (no encode_generation)"
             )
 
+    @property
+    def continuous_batching(self) -> bool:
+        """As the wrapped engine (the runtime sends a server engine's requests one by one)."""
+        return bool(getattr(self.engine, "continuous_batching", False))
+
     def encode_prompt(self, messages: Sequence[Message], *, assistant_prefix: str = "") -> Encoded:
         return self.engine.encode_prompt(messages, assistant_prefix=assistant_prefix)
 

@@ -1,0 +1,694 @@
+"""An `Engine` over SGLang servers' native HTTP API, plus the client side of weight sync (extra `sglang`).
+
+Rollouts run on `python -m sglang.launch_server` processes (one per rollout GPU, or several behind
+SGLang's router); trainer processes talk to them over HTTP, so no event loop, CUDA context or
+memory pool is shared with training. Token in, token out: prompts are tokenized here with the
+processor's own chat template (`HFChatEncoder`, as `HFEngine`), the ids go to the server, and the
+sampled ids and their log-probs come back.
+
+The SGLang API this relies on (field names from SGLang's `python/sglang/srt/managers/io_struct.py`
+and `tokenizer_manager.py`, 0.5.x):
+
+- `POST /generate` with `GenerateReqInput` fields `input_ids` (one list), `image_data` (a list of
+  images: URLs, file paths or base64 data URLs), `sampling_params` (`max_new_tokens`,
+  `temperature`, `top_p`, `top_k`, `skip_special_tokens`), `return_logprob`,
+  `logprob_start_len`. The reply's `meta_info` holds `finish_reason` (`{"type": "stop" | "length" |
+  "abort", ...}`), `prompt_tokens`, `weight_version` (the server's `server_args.weight_version`)
+  and, with `return_logprob`, `output_token_logprobs` / `input_token_logprobs` as
+  `[logprob, token_id, text_or_null]` triples. `output_ids` is the fallback for the ids.
+  Unless the server runs with `SGLANG_RETURN_ORIGINAL_LOGPROB=1`, output log-probs are computed
+  after temperature scaling: log_softmax(logits / T), what a trainer recomputes with the same T.
+- For a multimodal request SGLang decodes `input_ids` to text and lets its processor expand each
+  `<|vision_start|><|image_pad|><|vision_end|>` from the image. Our trajectories hold the expanded
+  ids (what the trainer scores), so each run of pad tokens is collapsed to one pad before sending;
+  `meta_info.prompt_tokens` is compared with our own count to catch any drift.
+- Weight sync: `POST /update_weights_from_disk` (`UpdateWeightFromDiskReqInput`: `model_path`,
+  `load_format`, `abort_all_requests`, `weight_version`), `POST /init_weights_update_group`
+  (`master_address`, `master_port`, `rank_offset`, `world_size`, `group_name`, `backend`),
+  `POST /update_weights_from_distributed` (`names`, `dtypes`, `shapes`, `group_name`,
+  `flush_cache`, `weight_version`); replies are `{"success": bool, "message": str}`.
+  `POST /release_memory_occupation` and `POST /resume_memory_occupation` (optional `tags`, e.g.
+  `["weights", "kv_cache"]`), `POST /flush_cache`, `GET /health`, `GET /get_model_info`
+  (`model_path`, `weight_version`, ...).
+
+Every reply's `weight_version` is checked against the version the trainer last pushed
+(`expected_weight_version`): a rollout never uses stale weights unknowingly. Requests have timeouts
+and are retried with exponential backoff on connection errors and 5xx answers; when a server stays
+unreachable a `ServerError` names its URL.
+
+The from-disk path is exercised on CPU against `paravt.core.fake_sglang` (our stand-in server). No
+real SGLang server was run while writing this (none installs without a GPU); the distributed
+(NCCL) path follows SGLang's documented endpoints and is untested.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import weakref
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from paravt.core.engines.hf import HFChatEncoder, ImageChunk
+from paravt.core.runtime import Generated, SamplingParams, Trajectory
+
+log = logging.getLogger("paravt.core.sglang")
+
+_RETRY_STATUS = frozenset({500, 502, 503, 504})
+
+
+class ServerError(RuntimeError):
+    """An SGLang server is unreachable, timed out, or refused a request (the message names it)."""
+
+
+class StaleWeightsError(RuntimeError):
+    """A server generated with weights other than the ones the trainer last pushed."""
+
+
+def _as_urls(urls: str | Sequence[str]) -> list[str]:
+    items = [urls] if isinstance(urls, str) else list(urls)
+    out = [u.strip().rstrip("/") for u in items if u and u.strip()]
+    if not out:
+        raise ValueError("SGLangServerEngine: pass at least one server URL, e.g. http://host:30000")
+    for u in out:
+        if not u.startswith(("http://", "https://")):
+            raise ValueError(f"server URL {u!r} must start with http:// or https://")
+    return out
+
+
+def bucket_tensors(
+    named: Iterable[tuple[str, Any]], bucket_bytes: int
+) -> list[list[tuple[str, Any]]]:
+    """Split `(name, tensor)` pairs, in order, into buckets of at most about `bucket_bytes` (a
+    tensor larger than a bucket gets a bucket of its own)."""
+    if bucket_bytes < 1:
+        raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
+    buckets: list[list[tuple[str, Any]]] = [[]]
+    size = 0
+    for name, tensor in named:
+        nbytes = int(tensor.numel()) * int(tensor.element_size())
+        if buckets[-1] and size + nbytes > bucket_bytes:
+            buckets.append([])
+            size = 0
+        buckets[-1].append((name, tensor))
+        size += nbytes
+    return [b for b in buckets if b]
+
+
+class SGLangServerEngine(HFChatEncoder):
+    """`Engine` over one or more SGLang servers (or one router URL), native API, token ids in and out.
+
+    `urls`: where generation requests go (a router URL, or the servers themselves; with several,
+    each request goes to the one with the fewest requests in flight from this process).
+    `weight_urls`: the servers weight updates and memory release/resume go to (defaults to
+    `urls`; behind a router, list the servers themselves). `processor`: the model's processor
+    (tokenization and images). `timeout_s`: one generation at most; `connect_timeout_s`: opening a
+    connection. `retries`: extra attempts on connection errors and 5xx answers, waiting
+    `backoff_s`, 2x, 4x ... between them. `max_in_flight`: requests open at once from this process.
+    `check_weight_version`: raise `StaleWeightsError` when a reply's weight version is not the one
+    last pushed. `send_seed`: send `SamplingParams.seed` as `sampling_seed` (SGLang honours it only
+    with `--enable-deterministic-inference`; older servers reject the key). `transport`,
+    `sync_transport`: httpx transports for the async and sync clients (tests).
+    """
+
+    continuous_batching = True  # the server batches: the runtime sends requests one by one
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        processor: Any,
+        *,
+        weight_urls: str | Sequence[str] | None = None,
+        eos_token_ids: Sequence[int] | None = None,
+        timeout_s: float = 900.0,
+        connect_timeout_s: float = 10.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        max_in_flight: int = 256,
+        image_format: str = "png",
+        check_weight_version: bool = True,
+        send_seed: bool = False,
+        transport: Any = None,
+        sync_transport: Any = None,
+    ) -> None:
+        if timeout_s <= 0 or connect_timeout_s <= 0:
+            raise ValueError("timeout_s and connect_timeout_s must be positive")
+        if retries < 0 or backoff_s < 0:
+            raise ValueError("retries and backoff_s must be >= 0")
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
+        self.urls = _as_urls(urls)
+        self.weight_urls = _as_urls(weight_urls) if weight_urls is not None else list(self.urls)
+        super().__init__(processor, eos_token_ids=eos_token_ids, keep_images=True)
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.max_in_flight = max_in_flight
+        self.image_format = image_format
+        self.check_weight_version = check_weight_version
+        self.expected_weight_version: str | None = None
+        self.prompt_token_mismatches = 0
+        self.send_seed = send_seed
+        self._transport = transport
+        self._sync_transport = sync_transport
+        self._in_flight = dict.fromkeys(self.urls, 0)
+        # One httpx client and one semaphore per event loop (both bind to the loop they first run
+        # on; the trainer calls asyncio.run once per step).
+        self._per_loop: weakref.WeakKeyDictionary[Any, tuple[Any, asyncio.Semaphore]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    # ---------------------------------------------------------------------------------- requests
+
+    def request_ids(self, trajectory: Trajectory) -> list[int]:
+        """The trajectory's ids with every run of image pads collapsed to one pad (SGLang expands
+        each from its image again)."""
+        out: list[int] = []
+        for tid in trajectory.token_ids:
+            if tid == self.image_token_id and out and out[-1] == self.image_token_id:
+                continue
+            out.append(tid)
+        return out
+
+    def request_images(self, chunks: Iterable[ImageChunk]) -> list[str]:
+        """The frames of `chunks` as data URLs (lossless PNG by default), in prompt order."""
+        from paravt.core.engines.openai import image_data_url
+
+        images = []
+        for chunk in chunks:
+            if chunk.image is None:
+                raise ValueError(
+                    "an image was encoded without its frame; use this engine's encoder"
+                )
+            images.append(image_data_url(chunk.image, fmt=self.image_format))
+        return images
+
+    def sampling_params(self, sampling: SamplingParams) -> dict[str, Any]:
+        """Our sampling knobs in SGLang's names (greedy = temperature 0)."""
+        params: dict[str, Any] = {
+            "max_new_tokens": sampling.max_new_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "skip_special_tokens": False,
+        }
+        if sampling.top_k:
+            params["top_k"] = sampling.top_k
+        if self.send_seed and sampling.seed is not None:
+            params["sampling_seed"] = sampling.seed
+        return params
+
+    def request_body(
+        self, trajectory: Trajectory, sampling: SamplingParams, n: int = 0
+    ) -> dict[str, Any]:
+        """The JSON body of `POST /generate` for one trajectory."""
+        body: dict[str, Any] = {
+            "input_ids": self.request_ids(trajectory),
+            "sampling_params": self.sampling_params(sampling),
+            "return_logprob": True,
+            # Log-probs of the output only: start at the last prompt token.
+            "logprob_start_len": max(len(trajectory.token_ids) - 1, 0),
+        }
+        images = self.request_images(self.image_chunks(trajectory, n))
+        if images:
+            body["image_data"] = images
+        return body
+
+    def parse_output(self, output: dict[str, Any], url: str = "") -> Generated:
+        """A `Generated` from one `/generate` reply: ids up to and including the end-of-turn token."""
+        if not isinstance(output, dict):
+            raise ServerError(f"{url}/generate returned {type(output).__name__}, not a JSON object")
+        meta = output.get("meta_info") or {}
+        triples = meta.get("output_token_logprobs") or []
+        if triples:
+            ids = [int(t[1]) for t in triples]
+            logprobs: list[float] | None = [float(t[0]) for t in triples]
+        else:
+            ids = [int(t) for t in output.get("output_ids") or []]
+            logprobs = None
+        reason = (meta.get("finish_reason") or {}).get("type")
+        if reason == "abort":
+            raise ServerError(f"{url}/generate aborted the request: {meta.get('finish_reason')}")
+        for k, tid in enumerate(ids):
+            if tid in self.eos_token_ids:
+                ids = ids[: k + 1]
+                logprobs = logprobs[: k + 1] if logprobs is not None else None
+                break
+        finish = "length" if reason == "length" else "stop"
+        return Generated(self.decode(ids), ids, logprobs, finish)  # type: ignore[arg-type]
+
+    def check_version(self, meta: dict[str, Any], url: str) -> None:
+        """Raise `StaleWeightsError` when `meta["weight_version"]` is not the version last pushed."""
+        if not self.check_weight_version or self.expected_weight_version is None:
+            return
+        got = meta.get("weight_version")
+        if got is None:
+            raise StaleWeightsError(
+                f"{url} reports no weight_version; this needs an SGLang that returns "
+                "meta_info.weight_version (>= 0.5), or check_weight_version=False"
+            )
+        if str(got) != self.expected_weight_version:
+            raise StaleWeightsError(
+                f"{url} generated with weight version {got!r}, but the trainer last pushed "
+                f"{self.expected_weight_version!r}: the weight update did not reach this server "
+                "(list every server in weight_urls when a router is in front of them)"
+            )
+
+    # ------------------------------------------------------------------------------------ HTTP
+
+    def _timeout(self) -> Any:
+        import httpx
+
+        return httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s)
+
+    def _loop_state(self) -> tuple[Any, asyncio.Semaphore]:
+        import httpx
+
+        loop = asyncio.get_running_loop()
+        state = self._per_loop.get(loop)
+        if state is None:
+            limits = httpx.Limits(max_connections=self.max_in_flight)
+            client = httpx.AsyncClient(
+                timeout=self._timeout(), transport=self._transport, limits=limits
+            )
+            state = (client, asyncio.Semaphore(self.max_in_flight))
+            self._per_loop[loop] = state
+        return state
+
+    def _error(
+        self, method: str, url: str, attempts: int, started: float, last: str
+    ) -> ServerError:
+        return ServerError(
+            f"SGLang server {url} did not answer {method} after {attempts} attempt(s) in "
+            f"{time.monotonic() - started:.1f} s ({last}). Is it running and reachable "
+            "(python -m sglang.launch_server ..., see its log)? `paravt-train doctor --server "
+            f"{url.rsplit('/', 1)[0] if url.count('/') > 2 else url}` checks it."
+        )
+
+    async def _post_async(self, base: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        import httpx
+
+        client, _ = self._loop_state()
+        url = base + path
+        started = time.monotonic()
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                response = await client.post(url, json=body)
+            except httpx.TransportError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+                continue
+            if response.status_code in _RETRY_STATUS:
+                last = f"HTTP {response.status_code}: {response.text[:300]}"
+                continue
+            if response.status_code != 200:
+                raise ServerError(
+                    f"{url} answered HTTP {response.status_code}: {response.text[:500]}"
+                )
+            return response.json()  # type: ignore[no-any-return]
+        raise self._error(f"POST {path}", base, self.retries + 1, started, last)
+
+    def _request_sync(
+        self,
+        method: str,
+        base: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> Any:
+        import httpx
+
+        url = base + path
+        started = time.monotonic()
+        last = ""
+        timeout = httpx.Timeout(timeout_s or self.timeout_s, connect=self.connect_timeout_s)
+        with httpx.Client(timeout=timeout, transport=self._sync_transport) as client:
+            for attempt in range(self.retries + 1):
+                if attempt:
+                    time.sleep(self.backoff_s * 2 ** (attempt - 1))
+                try:
+                    response = client.request(method, url, json=body)
+                except httpx.TransportError as exc:
+                    last = f"{type(exc).__name__}: {exc}"
+                    continue
+                if response.status_code in _RETRY_STATUS:
+                    last = f"HTTP {response.status_code}: {response.text[:300]}"
+                    continue
+                if response.status_code != 200:
+                    raise ServerError(
+                        f"{url} answered HTTP {response.status_code}: {response.text[:500]}"
+                    )
+                try:
+                    return response.json()
+                except json.JSONDecodeError:
+                    return response.text
+        raise self._error(f"{method} {path}", base, self.retries + 1, started, last)
+
+    def _pick_url(self) -> str:
+        return min(self.urls, key=lambda u: self._in_flight[u])
+
+    # -------------------------------------------------------------------------------- generation
+
+    async def generate(
+        self, trajectories: Sequence[Trajectory], sampling: SamplingParams
+    ) -> list[Generated]:
+        """Continue every trajectory once: one `/generate` request each, all in flight together."""
+        if not trajectories:
+            return []
+        bodies = [self.request_body(t, sampling, n) for n, t in enumerate(trajectories)]
+        outs = await asyncio.gather(
+            *(self._generate_one(b, len(t.token_ids)) for b, t in zip(bodies, trajectories))
+        )
+        return list(outs)
+
+    async def _generate_one(self, body: dict[str, Any], prompt_len: int) -> Generated:
+        _, limit = self._loop_state()
+        async with limit:
+            url = self._pick_url()
+            self._in_flight[url] += 1
+            try:
+                reply = await self._post_async(url, "/generate", body)
+            finally:
+                self._in_flight[url] -= 1
+        if isinstance(reply, list):  # a batch reply to a single request: take its only item
+            reply = reply[0] if len(reply) == 1 else reply
+        meta = (reply.get("meta_info") or {}) if isinstance(reply, dict) else {}
+        self.check_version(meta, url)
+        got = meta.get("prompt_tokens")
+        if got is not None and int(got) != prompt_len:
+            self.prompt_token_mismatches += 1
+            if self.prompt_token_mismatches == 1:
+                log.warning(
+                    "%s counted %s prompt tokens where the trajectory has %d: the server's "
+                    "tokenization of the prompt differs from ours (image expansion?); training "
+                    "scores our ids, so log-prob ratios may be off",
+                    url,
+                    got,
+                    prompt_len,
+                )
+        return self.parse_output(reply, url)
+
+    def score(
+        self, token_ids: Sequence[int], *, images: Sequence[Any] = (), url: str | None = None
+    ) -> list[float]:
+        """Log-probs (temperature 1) the server gives tokens 1..n-1 of `token_ids` (each given its
+        prefix), with `max_new_tokens=0`: how a trainer checks the server has its weights."""
+        from paravt.core.engines.openai import image_data_url
+
+        body: dict[str, Any] = {
+            "input_ids": list(token_ids),
+            "sampling_params": {"max_new_tokens": 0, "temperature": 1.0},
+            "return_logprob": True,
+            "logprob_start_len": 0,
+        }
+        if images:
+            body["image_data"] = [image_data_url(i, fmt=self.image_format) for i in images]
+        base = url or self.urls[0]
+        reply = self._request_sync("POST", base, "/generate", body)
+        meta = reply.get("meta_info") or {}
+        self.check_version(meta, base)
+        triples = meta.get("input_token_logprobs") or []
+        if len(triples) != len(token_ids):
+            raise ServerError(
+                f"{base}/generate returned {len(triples)} input log-probs for {len(token_ids)} tokens"
+            )
+        return [float(t[0]) for t in triples[1:]]
+
+    # ------------------------------------------------------------------------ health and control
+
+    def health(self, *, timeout_s: float = 10.0) -> dict[str, Any]:
+        """`GET /health` and `GET /get_model_info` of every URL; raises `ServerError` naming the
+        servers that do not answer. Returns the model info per URL."""
+        infos: dict[str, Any] = {}
+        bad: list[str] = []
+        for url in dict.fromkeys([*self.urls, *self.weight_urls]):
+            try:
+                self._request_sync("GET", url, "/health", timeout_s=timeout_s)
+                infos[url] = self._request_sync("GET", url, "/get_model_info", timeout_s=timeout_s)
+            except ServerError as exc:
+                bad.append(str(exc))
+        if bad:
+            raise ServerError("unhealthy SGLang server(s):\n" + "\n".join(bad))
+        return infos
+
+    def server_weight_versions(self) -> dict[str, str | None]:
+        """The weight version each weight URL reports (`GET /get_model_info`)."""
+        out: dict[str, str | None] = {}
+        for url in self.weight_urls:
+            info = self._request_sync("GET", url, "/get_model_info")
+            version = info.get("weight_version") if isinstance(info, dict) else None
+            out[url] = None if version is None else str(version)
+        return out
+
+    def _post_all(self, path: str, body: dict[str, Any], *, timeout_s: float | None = None) -> None:
+        for url in self.weight_urls:
+            reply = self._request_sync("POST", url, path, body, timeout_s=timeout_s)
+            if isinstance(reply, dict) and reply.get("success") is False:
+                raise ServerError(f"{url}{path} failed: {reply.get('message')}")
+
+    def flush_cache(self) -> None:
+        """`POST /flush_cache` on every weight URL (drop the prefix cache)."""
+        self._post_all("/flush_cache", {})
+
+    def release_memory(self, tags: Sequence[str] | None = None) -> None:
+        """`POST /release_memory_occupation`: free the servers' GPU memory (weights and KV cache,
+        or only `tags`) while training uses the same GPUs. Needs `--enable-memory-saver`."""
+        self._post_all("/release_memory_occupation", {"tags": list(tags)} if tags else {})
+
+    def resume_memory(self, tags: Sequence[str] | None = None) -> None:
+        """`POST /resume_memory_occupation`: take the released memory back before generating."""
+        self._post_all("/resume_memory_occupation", {"tags": list(tags)} if tags else {})
+
+    # ------------------------------------------------------------------------------ weight sync
+
+    def push_weights_from_disk(
+        self,
+        named_tensors: Iterable[tuple[str, Any]],
+        directory: str | Path,
+        version: str,
+        *,
+        shard_bytes: int = 2 << 30,
+        config_files: Sequence[str | Path] = (),
+        load_format: str | None = None,
+    ) -> Path:
+        """Save `(name, tensor)` pairs (checkpoint names) as safetensors shards of about
+        `shard_bytes` under `directory/<version>/` (with the `config_files` copied beside them),
+        then ask every weight URL to load them (`/update_weights_from_disk`) as `version`.
+
+        `directory` must be readable by the servers under the same path (a shared or local disk).
+        On success `expected_weight_version` becomes `version`. Returns the checkpoint directory.
+        """
+        import shutil
+
+        from safetensors.torch import save_file
+
+        version = str(version)
+        target = Path(directory) / version
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        buckets = bucket_tensors(
+            ((n, t.detach().contiguous().cpu()) for n, t in named_tensors), shard_bytes
+        )
+        if not buckets:
+            raise ValueError("push_weights_from_disk: no tensors to send")
+        index: dict[str, str] = {}
+        total = 0
+        for k, bucket in enumerate(buckets):
+            fname = f"model-{k + 1:05d}-of-{len(buckets):05d}.safetensors"
+            save_file(dict(bucket), str(tmp / fname), metadata={"format": "pt"})
+            for name, tensor in bucket:
+                index[name] = fname
+                total += int(tensor.numel()) * int(tensor.element_size())
+        (tmp / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {"total_size": total}, "weight_map": index}, indent=1)
+        )
+        for f in config_files:
+            shutil.copy(f, tmp / Path(f).name)
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+        body: dict[str, Any] = {"model_path": str(target), "weight_version": version}
+        if load_format:
+            body["load_format"] = load_format
+        self._post_all("/update_weights_from_disk", body)
+        self.expected_weight_version = version
+        return target
+
+    def push_weights_distributed(
+        self,
+        named_tensors: Iterable[tuple[str, Any]],
+        version: str,
+        group: Any,
+        *,
+        bucket_bytes: int = 1 << 30,
+        group_name: str = "weight_update_group",
+    ) -> int:
+        """Broadcast `(name, tensor)` pairs from this process (rank 0 of `group`, see
+        `init_weight_update_group`) to the servers, one `/update_weights_from_distributed` request
+        per bucket of about `bucket_bytes` (names, dtypes, shapes), the last one tagging
+        `version`. Tensors must live on the group's device. UNTESTED against SGLang (no GPU here).
+        Returns the number of tensors sent."""
+        import threading
+
+        named = list(named_tensors)
+        buckets = bucket_tensors(named, bucket_bytes)
+        if not buckets:
+            raise ValueError("push_weights_distributed: no tensors to send")
+        for k, bucket in enumerate(buckets):
+            last = k == len(buckets) - 1
+            body: dict[str, Any] = {
+                "names": [n for n, _ in bucket],
+                "dtypes": [str(t.dtype).removeprefix("torch.") for _, t in bucket],
+                "shapes": [list(t.shape) for _, t in bucket],
+                "group_name": group_name,
+                "flush_cache": last,
+            }
+            if last:
+                body["weight_version"] = str(version)
+            errors: list[BaseException] = []
+
+            def post(body: dict[str, Any] = body, errors: list[BaseException] = errors) -> None:
+                try:
+                    self._post_all("/update_weights_from_distributed", body)
+                except BaseException as exc:
+                    errors.append(exc)
+
+            # The servers wait in the broadcast after accepting the request: post in a thread while
+            # this process broadcasts, then join.
+            thread = threading.Thread(target=post, daemon=True)
+            thread.start()
+            for _, tensor in bucket:
+                group.broadcast(tensor.contiguous(), 0)
+            thread.join(self.timeout_s)
+            if thread.is_alive():
+                raise ServerError(
+                    f"/update_weights_from_distributed did not return in {self.timeout_s:g} s"
+                )
+            if errors:
+                raise errors[0]
+        self.expected_weight_version = str(version)
+        return len(named)
+
+    def init_weight_update_group(
+        self,
+        master_address: str,
+        master_port: int,
+        *,
+        server_ranks: Sequence[int] | None = None,
+        backend: str = "nccl",
+        group_name: str = "weight_update_group",
+        timeout_s: float = 600.0,
+    ) -> Any:
+        """Form the weight-update process group of this process (rank 0) and every weight URL's
+        ranks (`server_ranks[i]` GPUs for server i: its tp x dp size; default 1 each), through
+        `POST /init_weights_update_group`. Returns a `WeightUpdateGroup` (its `broadcast(tensor,
+        src)` is what `push_weights_distributed` uses). UNTESTED against SGLang (no GPU here)."""
+        import threading
+
+        ranks = list(server_ranks or [1] * len(self.weight_urls))
+        if len(ranks) != len(self.weight_urls):
+            raise ValueError(
+                f"server_ranks has {len(ranks)} entries for {len(self.weight_urls)} URLs"
+            )
+        world = 1 + sum(ranks)
+        errors: list[BaseException] = []
+        threads = []
+        offset = 1
+        for url, n in zip(self.weight_urls, ranks):
+            body = {
+                "master_address": master_address,
+                "master_port": master_port,
+                "rank_offset": offset,
+                "world_size": world,
+                "group_name": group_name,
+                "backend": backend,
+            }
+            offset += n
+
+            def post(url: str = url, body: dict[str, Any] = body) -> None:
+                try:
+                    reply = self._request_sync(
+                        "POST", url, "/init_weights_update_group", body, timeout_s=timeout_s
+                    )
+                    if isinstance(reply, dict) and reply.get("success") is False:
+                        raise ServerError(
+                            f"{url}/init_weights_update_group: {reply.get('message')}"
+                        )
+                except BaseException as exc:
+                    errors.append(exc)
+
+            threads.append(threading.Thread(target=post, daemon=True))
+        for t in threads:
+            t.start()
+        group = WeightUpdateGroup.create(
+            master_address,
+            master_port,
+            world,
+            backend=backend,
+            group_name=group_name,
+            timeout_s=timeout_s,
+        )
+        for t in threads:
+            t.join(timeout_s)
+        if errors:
+            raise errors[0]
+        return group
+
+
+class WeightUpdateGroup:
+    """Rank 0 of a process group shared with SGLang servers, made the way SGLang's
+    `init_custom_process_group` makes it (TCP rendezvous at `master_address:master_port`, a store
+    prefixed by the group name), without touching the trainer's default group."""
+
+    def __init__(self, pg: Any) -> None:
+        self.pg = pg
+
+    @classmethod
+    def create(
+        cls,
+        master_address: str,
+        master_port: int,
+        world_size: int,
+        *,
+        backend: str = "nccl",
+        group_name: str = "weight_update_group",
+        timeout_s: float = 600.0,
+    ) -> WeightUpdateGroup:
+        """Rendezvous as rank 0 of `world_size` and build the backend's process group."""
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        store = dist.TCPStore(
+            master_address,
+            master_port,
+            world_size,
+            is_master=True,
+            timeout=timedelta(seconds=timeout_s),
+        )
+        prefixed = dist.PrefixStore(group_name, store)
+        if backend == "nccl":
+            pg = dist.ProcessGroupNCCL(prefixed, 0, world_size)
+        elif backend == "gloo":
+            pg = dist.ProcessGroupGloo(prefixed, 0, world_size)
+        else:
+            raise ValueError(f"backend {backend!r} is not 'nccl' or 'gloo'")
+        return cls(pg)
+
+    def broadcast(self, tensor: Any, src: int = 0) -> None:
+        """Broadcast `tensor` from rank `src` to every member."""
+        self.pg.broadcast([tensor], self._opts(src)).wait()
+
+    @staticmethod
+    def _opts(src: int) -> Any:
+        import torch.distributed as dist
+
+        opts = dist.BroadcastOptions()
+        opts.rootRank = src
+        return opts

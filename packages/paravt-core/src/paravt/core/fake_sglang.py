@@ -1,0 +1,302 @@
+"""A stand-in for an SGLang server on CPU: the subset of SGLang's native HTTP API that
+`paravt.core.engines.sglang_server.SGLangServerEngine` uses, backed by a transformers model (extra `hf`).
+
+    python -m paravt.core.fake_sglang --model-path MODEL_DIR --port 30000 [--port-file F]
+
+It serves `GET /health`, `GET /get_model_info`, `GET /get_weight_version`, `POST /generate`
+(`input_ids` + `image_data` data URLs + `sampling_params` + `return_logprob`, one request per call;
+`max_new_tokens: 0` scores the prompt into `meta_info.input_token_logprobs`), `POST
+/update_weights_from_disk` (safetensors under `model_path`, tagged `weight_version`), `POST
+/flush_cache`, `POST /release_memory_occupation`, `POST /resume_memory_occupation`; replies use
+SGLang's field names. `GET /fake/events` returns what it was asked to do (weight updates with their
+versions, memory release/resume) for tests.
+
+Differences from SGLang, on purpose: image pads are expanded from the image grid directly (SGLang
+decodes the ids to text and re-tokenizes); one request is generated at a time (no continuous
+batching); no NCCL weight group. It is for tests and CPU rehearsals, not for serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import io
+import json
+import logging
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("paravt.core.fake_sglang")
+
+
+class FakeSGLang:
+    """The model side: generation, scoring and weight loading over an `HFEngine`."""
+
+    def __init__(self, model_path: str | Path, *, weight_version: str = "default") -> None:
+        from paravt.core.engines.hf import HFEngine
+
+        self.model_path = str(model_path)
+        self.engine = HFEngine(self.model_path)
+        self.engine.model.eval()
+        self.weight_version = weight_version
+        self.released = False
+        self.events: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.requests = 0
+
+    # ---------------------------------------------------------------------------------- requests
+
+    def _images(self, image_data: Any) -> list[Any]:
+        from PIL import Image
+
+        from paravt.core.engines.hf import to_image_tensor
+
+        items = image_data if isinstance(image_data, list) else [image_data]
+        out = []
+        for item in items:
+            if not isinstance(item, str):
+                raise ValueError("image_data items must be strings (data URLs or base64)")
+            payload = item.split(",", 1)[1] if item.startswith("data:") else item
+            out.append(to_image_tensor(Image.open(io.BytesIO(base64.b64decode(payload)))))
+        return out
+
+    def _trajectory(self, input_ids: list[int], image_data: Any) -> Any:
+        """The request as a trajectory of the HF engine: each image pad expanded to its grid."""
+        from paravt.core.engines.hf import ImageChunk
+        from paravt.core.runtime import Trajectory
+
+        engine = self.engine
+        images = self._images(image_data) if image_data else []
+        pad = engine.image_token_id
+        n_pads = sum(1 for t in input_ids if t == pad)
+        if n_pads != len(images):
+            raise ValueError(f"{n_pads} image pads in input_ids for {len(images)} images")
+        chunks: list[Any] = []
+        if images:
+            batch = engine.processor.image_processor(images=images, return_tensors="pt")
+            offset = 0
+            for grid in batch["image_grid_thw"]:
+                rows = int(grid.prod())
+                chunks.append(
+                    ImageChunk(batch["pixel_values"][offset : offset + rows], grid.clone())
+                )
+                offset += rows
+        ids: list[int] = []
+        k = 0
+        for t in input_ids:
+            if t == pad:
+                ids.extend([pad] * (chunks[k].num_tokens // engine.merge_size**2))
+                k += 1
+            else:
+                ids.append(int(t))
+        traj = Trajectory("main", token_ids=ids, media=chunks)
+        traj.loss_mask = [0] * len(ids)
+        traj.logprobs = [0.0] * len(ids)
+        return traj
+
+    def generate(self, body: dict[str, Any]) -> dict[str, Any]:
+        """One `/generate` reply in SGLang's shape."""
+        import torch
+
+        from paravt.core.runtime import SamplingParams
+
+        if self.released:
+            raise ValueError("memory is released; call /resume_memory_occupation first")
+        input_ids = body.get("input_ids")
+        if not isinstance(input_ids, list) or not input_ids or isinstance(input_ids[0], list):
+            raise ValueError("input_ids must be one non-empty list of token ids")
+        params = body.get("sampling_params") or {}
+        traj = self._trajectory(input_ids, body.get("image_data"))
+        max_new = int(params.get("max_new_tokens", 128))
+        meta: dict[str, Any] = {
+            "id": f"fake-{self.requests}",
+            "prompt_tokens": len(traj.token_ids),
+            "weight_version": self.weight_version,
+        }
+        self.requests += 1
+        if max_new == 0:  # score the prompt
+            lps = self.score(traj)
+            meta.update(
+                completion_tokens=0,
+                finish_reason={"type": "length", "length": 0},
+                input_token_logprobs=[[None, traj.token_ids[0], None]]
+                + [[lp, t, None] for lp, t in zip(lps, traj.token_ids[1:])],
+                output_token_logprobs=[],
+            )
+            return {"text": "", "output_ids": [], "meta_info": meta}
+        sampling = SamplingParams(
+            max_new_tokens=max_new,
+            temperature=float(params.get("temperature", 1.0)),
+            top_p=float(params.get("top_p", 1.0)),
+            top_k=max(int(params.get("top_k", 0) or 0), 0),
+            seed=params.get("sampling_seed"),
+        )
+        with torch.no_grad():
+            (out,) = self.engine.generate_sync([traj], sampling)
+        reason = {"type": out.finish_reason}
+        if out.finish_reason == "stop" and out.token_ids:
+            reason["matched"] = out.token_ids[-1]
+        meta.update(completion_tokens=len(out.token_ids), finish_reason=reason)
+        if body.get("return_logprob"):
+            meta["output_token_logprobs"] = [
+                [lp, t, None] for lp, t in zip(out.logprobs or [], out.token_ids)
+            ]
+        return {"text": out.text, "output_ids": out.token_ids, "meta_info": meta}
+
+    def score(self, traj: Any) -> list[float]:
+        """Log-probs (temperature 1) of tokens 1..n-1 of a trajectory given their prefixes."""
+        import torch
+
+        engine = self.engine
+        ids = torch.tensor([traj.token_ids])
+        inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        if traj.media:
+            inputs["pixel_values"] = torch.cat([c.pixel_values for c in traj.media])
+            inputs["image_grid_thw"] = torch.stack([c.grid_thw for c in traj.media])
+            inputs["mm_token_type_ids"] = (ids == engine.image_token_id).int()
+        with engine._lock, torch.inference_mode():
+            logits = engine.model(**inputs).logits[0, :-1].float()
+        picked = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None]).squeeze(-1)
+        return [float(x) for x in picked]
+
+    def update_weights_from_disk(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Load every `*.safetensors` under `model_path` into the model (names must all match)."""
+        from safetensors.torch import load_file
+
+        path = Path(str(body.get("model_path") or ""))
+        files = sorted(path.glob("*.safetensors"))
+        if not files:
+            return {"success": False, "message": f"no *.safetensors under {path}"}
+        state: dict[str, Any] = {}
+        for f in files:
+            state.update(load_file(str(f)))
+        own = self.engine.model.state_dict()
+        unknown = sorted(set(state) - set(own))
+        if unknown:
+            return {"success": False, "message": f"unknown parameter names: {unknown[:5]}"}
+        with self.engine._lock:
+            missing, _ = self.engine.model.load_state_dict(state, strict=False)
+        version = body.get("weight_version")
+        if version is not None:
+            self.weight_version = str(version)
+        self.events.append(
+            {
+                "event": "update_weights_from_disk",
+                "model_path": str(path),
+                "weight_version": self.weight_version,
+                "tensors": len(state),
+                "time": time.time(),
+            }
+        )
+        return {
+            "success": True,
+            "message": f"loaded {len(state)} tensors ({len(missing)} kept)",
+            "num_paused_requests": 0,
+        }
+
+
+def make_handler(fake: FakeSGLang) -> type[BaseHTTPRequestHandler]:
+    """The HTTP handler class serving `fake`."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("%s " + format, self.address_string(), *args)
+
+        def _send(self, code: int, payload: Any) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _body(self) -> dict[str, Any]:
+            n = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(n) if n else b"{}"
+            body = json.loads(raw or b"{}")
+            if not isinstance(body, dict):
+                raise ValueError("the request body must be a JSON object")
+            return body
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                self._send(200, {})
+            elif self.path == "/get_model_info":
+                self._send(
+                    200,
+                    {
+                        "model_path": fake.model_path,
+                        "tokenizer_path": fake.model_path,
+                        "is_generation": True,
+                        "weight_version": fake.weight_version,
+                    },
+                )
+            elif self.path == "/get_weight_version":
+                self._send(200, {"weight_version": fake.weight_version})
+            elif self.path == "/fake/events":
+                self._send(200, fake.events)
+            elif self.path == "/flush_cache":
+                self._send(200, {"success": True})
+            else:
+                self._send(404, {"error": f"no GET {self.path}"})
+
+        def do_POST(self) -> None:
+            try:
+                body = self._body()
+                if self.path == "/generate":
+                    self._send(200, fake.generate(body))
+                elif self.path == "/update_weights_from_disk":
+                    reply = fake.update_weights_from_disk(body)
+                    self._send(200 if reply["success"] else 400, reply)
+                elif self.path in ("/release_memory_occupation", "/resume_memory_occupation"):
+                    fake.released = self.path.startswith("/release")
+                    fake.events.append({"event": self.path.strip("/"), "tags": body.get("tags")})
+                    self._send(200, {"success": True, "message": ""})
+                elif self.path == "/flush_cache":
+                    fake.events.append({"event": "flush_cache"})
+                    self._send(200, {"success": True})
+                else:
+                    self._send(404, {"error": f"no POST {self.path}"})
+            except (ValueError, KeyError, TypeError) as exc:
+                self._send(400, {"error": {"message": f"{type(exc).__name__}: {exc}"}})
+
+    return Handler
+
+
+def serve(model_path: str | Path, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
+    """A started-later server over `model_path` (`port=0` picks a free port: `server.server_port`)."""
+    fake = FakeSGLang(model_path)
+    server = ThreadingHTTPServer((host, port), make_handler(fake))
+    server.daemon_threads = True
+    server.fake = fake  # type: ignore[attr-defined]
+    return server
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m paravt.core.fake_sglang --model-path DIR [--host H] [--port P] [--port-file F]`."""
+    parser = argparse.ArgumentParser(prog="python -m paravt.core.fake_sglang", description=__doc__)
+    parser.add_argument("--model-path", required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--port-file", help="write the bound port here once serving")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s fake_sglang %(message)s")
+    server = serve(args.model_path, args.host, args.port)
+    port = server.server_address[1]
+    if args.port_file:
+        tmp = Path(args.port_file + ".tmp")
+        tmp.write_text(str(port))
+        tmp.rename(args.port_file)
+    log.info("serving %s on http://%s:%d", args.model_path, args.host, port)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,301 @@
+"""SGLangServerEngine against our stand-in server (`paravt.core.fake_sglang`, the tiny Qwen3-VL on
+CPU) over real HTTP: token-in/token-out generation with images, weight pushes with versions, a
+stale server refused, retries, and a dead server reported by URL instead of a hang."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import torch
+
+from paravt.core import (
+    AgentConfig,
+    AgentTask,
+    Frame,
+    ImagePart,
+    Message,
+    SamplingParams,
+    TextPart,
+    Trajectory,
+    build_main_prompt,
+    run_episodes,
+)
+from paravt.core.engines.scripted import ScriptedTurns
+from paravt.core.engines.sglang_server import (
+    ServerError,
+    SGLangServerEngine,
+    StaleWeightsError,
+    bucket_tensors,
+)
+from paravt.core.fake_sglang import serve
+from paravt.core.testing import StaticToolbox
+
+
+def _start(model_path: Path) -> Any:
+    server = serve(model_path)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_path: Path) -> Iterator[Any]:
+    """A fake server whose weights no test changes."""
+    srv = _start(tiny_model_path)
+    yield srv
+    srv.shutdown()
+
+
+def url_of(srv: Any) -> str:
+    return f"http://127.0.0.1:{srv.server_port}"
+
+
+def engine_for(srv: Any, **kw: Any) -> SGLangServerEngine:
+    local = srv.fake.engine
+    return SGLangServerEngine(url_of(srv), local.processor, eos_token_ids=local.eos_token_ids, **kw)
+
+
+def frame(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+
+
+def prompt(engine: Any, with_images: bool) -> Trajectory:
+    content: Any = (
+        [ImagePart(frame(0)), TextPart("x"), ImagePart(frame(1)), TextPart("Q")]
+        if with_images
+        else "Q"
+    )
+    messages = [Message("system", "S"), Message("user", content)]
+    traj = Trajectory("main")
+    traj.add_prompt(engine.encode_prompt(messages), messages)
+    return traj
+
+
+def test_requests_carry_collapsed_image_pads_data_urls_and_sglang_sampling_names(
+    server: Any,
+) -> None:
+    engine = engine_for(server)
+    traj = prompt(engine, with_images=True)
+    assert traj.token_ids.count(engine.image_token_id) == 8  # 64x64: 4 tokens per image
+    body = engine.request_body(traj, SamplingParams(max_new_tokens=9, temperature=0.7, top_k=5))
+    assert body["input_ids"].count(engine.image_token_id) == 2  # one pad per image
+    assert [t for t in body["input_ids"] if t != engine.image_token_id] == [
+        t for t in traj.token_ids if t != engine.image_token_id
+    ]
+    assert [u[:22] for u in body["image_data"]] == ["data:image/png;base64,"] * 2
+    assert body["sampling_params"] == {
+        "max_new_tokens": 9,
+        "temperature": 0.7,
+        "top_p": 1.0,
+        "top_k": 5,
+        "skip_special_tokens": False,
+    }
+    assert body["return_logprob"] is True
+
+
+def test_greedy_generation_through_the_server_equals_the_in_process_engine(
+    server: Any, hf_engine: Any
+) -> None:
+    engine = engine_for(server)
+    sampling = SamplingParams(max_new_tokens=12)
+    for with_images in (True, False):
+        remote = asyncio.run(engine.generate([prompt(engine, with_images)], sampling))[0]
+        local = hf_engine.generate_sync([prompt(hf_engine, with_images)], sampling)[0]
+        assert remote.token_ids == local.token_ids and remote.text == local.text
+        assert remote.logprobs == pytest.approx(local.logprobs, abs=1e-4)
+        assert remote.finish_reason == local.finish_reason
+    assert engine.prompt_token_mismatches == 0  # the server counted our expanded prompt
+
+
+def test_the_runtime_drives_the_server_engine_through_a_tool_turn_with_subagents(
+    server: Any,
+) -> None:
+    engine = engine_for(server)
+    call = (
+        'look</think><tool_call>{"name": "crop_video", "arguments": '
+        '{"start_time": 0, "end_time": 8}}</tool_call>'
+    )
+    scripted = ScriptedTurns(engine, {1: call})
+
+    class FrameBox(StaticToolbox):
+        async def execute(self, calls: Any) -> Any:
+            outs = await super().execute(calls)
+            for out in outs:
+                out.frames = [Frame(frame(int(f.timestamp_s)), f.timestamp_s) for f in out.frames]
+            return outs
+
+    tasks = [
+        AgentTask(
+            f"t{i}",
+            build_main_prompt("colour?", [Frame(frame(9), 4.0)], duration_s=30.0),
+            FrameBox(duration_s=30.0, fps=0.25),
+            "colour?",
+        )
+        for i in range(2)
+    ]
+    config = AgentConfig(
+        max_turns=2,
+        sampling=SamplingParams(max_new_tokens=6),
+        subagent_sampling=SamplingParams(max_new_tokens=5),
+    )
+    episodes = asyncio.run(run_episodes(tasks, scripted, config))
+    for ep in episodes:
+        assert len(ep.turns) == 2 and len(ep.subagents) == 1
+        assert ep.turns[0].calls[0].executed and ep.turns[0].calls[0].summary is not None
+        sub = ep.subagents[0]
+        assert sum(sub.loss_mask) == len([lp for lp, m in zip(sub.logprobs, sub.loss_mask) if m])
+        assert len(sub.media) == 2  # the window's two frames went to the server
+        assert all(lp < 0 for lp, m in zip(ep.main.logprobs[-3:], ep.main.loss_mask[-3:]) if m)
+
+
+def test_weight_push_from_disk_changes_the_servers_logprobs_to_the_trainers(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    from transformers import AutoModelForImageTextToText
+
+    srv = _start(tiny_model_path)
+    try:
+        engine = engine_for(srv)
+        fixed = prompt(engine, with_images=False).token_ids
+        before = engine.score(fixed)
+        trainer = AutoModelForImageTextToText.from_pretrained(tiny_model_path)
+        with torch.no_grad():
+            for p in trainer.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
+        target = engine.push_weights_from_disk(
+            trainer.state_dict().items(), tmp_path / "weights", "step-1", shard_bytes=1 << 20
+        )
+        assert len(list(target.glob("*.safetensors"))) > 1  # bucketed into shards
+        assert engine.expected_weight_version == "step-1"
+        assert engine.server_weight_versions() == {url_of(srv): "step-1"}
+        after = engine.score(fixed)
+        ids = torch.tensor([fixed])
+        with torch.no_grad():
+            logits = trainer(input_ids=ids).logits[0, :-1].float()
+        want = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None]).squeeze(-1).tolist()
+        assert max(abs(a - b) for a, b in zip(after, before)) > 1e-2  # the weights changed
+        assert after == pytest.approx(want, abs=1e-4)  # ... to the trainer's
+        (event,) = srv.fake.events
+        assert event["weight_version"] == "step-1" and event["tensors"] == len(trainer.state_dict())
+        out = asyncio.run(
+            engine.generate([prompt(engine, False)], SamplingParams(max_new_tokens=3))
+        )
+        assert len(out[0].token_ids) == 3
+    finally:
+        srv.shutdown()
+
+
+def test_a_server_on_other_weights_is_refused(server: Any) -> None:
+    engine = engine_for(server)
+    engine.expected_weight_version = "step-7"  # what the trainer believes it pushed
+    with pytest.raises(StaleWeightsError, match=r"'default'.*'step-7'"):
+        asyncio.run(engine.generate([prompt(engine, False)], SamplingParams(max_new_tokens=2)))
+    engine.check_weight_version = False
+    asyncio.run(engine.generate([prompt(engine, False)], SamplingParams(max_new_tokens=2)))
+
+
+def test_a_dead_server_is_named_after_bounded_retries_not_a_hang(server: Any) -> None:
+    with socket_closed_port() as port:
+        dead = f"http://127.0.0.1:{port}"
+        local = server.fake.engine
+        engine = SGLangServerEngine(
+            dead, local.processor, eos_token_ids=local.eos_token_ids, retries=2, backoff_s=0.05
+        )
+        t0 = time.monotonic()
+        with pytest.raises(ServerError, match=f"{dead}.*3 attempt"):
+            asyncio.run(engine.generate([prompt(engine, False)], SamplingParams(max_new_tokens=2)))
+        assert time.monotonic() - t0 < 5
+        with pytest.raises(ServerError, match="unhealthy"):
+            engine.health(timeout_s=1)
+
+
+class socket_closed_port:
+    """A local port nothing listens on."""
+
+    def __enter__(self) -> int:
+        import socket
+
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        self.port = s.getsockname()[1]
+        s.close()
+        return int(self.port)
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def test_5xx_answers_are_retried_with_backoff_and_4xx_are_not(server: Any) -> None:
+    local = server.fake.engine
+    answers = [503, 502, 200]
+    seen: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(time.monotonic())
+        code = answers.pop(0)
+        if code != 200:
+            return httpx.Response(code, text="busy")
+        meta = {"output_token_logprobs": [[-0.1, 5, None]], "finish_reason": {"type": "length"}}
+        return httpx.Response(200, json={"text": "", "meta_info": meta})
+
+    engine = SGLangServerEngine(
+        "http://sglang.invalid",
+        local.processor,
+        eos_token_ids=local.eos_token_ids,
+        backoff_s=0.05,
+        transport=httpx.MockTransport(handler),
+    )
+    (out,) = asyncio.run(engine.generate([prompt(engine, False)], SamplingParams(max_new_tokens=1)))
+    assert out.token_ids == [5] and out.finish_reason == "length" and len(seen) == 3
+    assert seen[2] - seen[1] >= 0.09  # 0.05 s, then 0.1 s
+
+    engine._transport = httpx.MockTransport(lambda r: httpx.Response(400, text="bad input_ids"))
+    engine._per_loop.clear()
+    with pytest.raises(ServerError, match="HTTP 400: bad input_ids"):
+        asyncio.run(engine.generate([prompt(engine, False)], SamplingParams(max_new_tokens=1)))
+
+
+def test_outputs_are_cut_at_the_end_of_turn_and_aborts_raise(server: Any) -> None:
+    engine = engine_for(server)
+    eot = engine.end_of_turn_id
+    meta = {"output_token_logprobs": [[-1.0, 7, None], [-2.0, eot, None], [-3.0, 9, None]]}
+    out = engine.parse_output({"meta_info": {**meta, "finish_reason": {"type": "stop"}}})
+    assert out.token_ids == [7, eot] and out.logprobs == [-1.0, -2.0]
+    with pytest.raises(ServerError, match="aborted"):
+        engine.parse_output({"meta_info": {"finish_reason": {"type": "abort"}}}, "http://x")
+
+
+def test_tensors_are_bucketed_in_order_by_size() -> None:
+    named = [(f"w{i}", torch.zeros(n)) for i, n in enumerate([10, 10, 30, 5, 5])]
+    buckets = bucket_tensors(named, bucket_bytes=80)
+    assert [[n for n, _ in b] for b in buckets] == [["w0", "w1"], ["w2"], ["w3", "w4"]]
+
+
+def test_urls_are_validated() -> None:
+    with pytest.raises(ValueError, match="http://"):
+        SGLangServerEngine("localhost:30000", None)
+
+
+def test_memory_release_and_resume_reach_the_server(tiny_model_path: Path) -> None:
+    srv = _start(tiny_model_path)
+    try:
+        engine = engine_for(srv)
+        engine.release_memory(["kv_cache"])
+        with pytest.raises(ServerError, match=r"HTTP 400.*resume"):
+            asyncio.run(engine.generate([prompt(engine, False)], SamplingParams(max_new_tokens=2)))
+        engine.resume_memory()
+        asyncio.run(engine.generate([prompt(engine, False)], SamplingParams(max_new_tokens=2)))
+        assert [e["event"] for e in srv.fake.events] == [
+            "release_memory_occupation",
+            "resume_memory_occupation",
+        ]
+        assert srv.fake.events[0]["tags"] == ["kv_cache"]
+    finally:
+        srv.shutdown()
