@@ -1,10 +1,12 @@
 """The agent runtime: main agent turns, parallel `crop_video` dispatch, sub-agents, and the `Episode`.
 
-Per turn, for every active episode of a batch at once:
-generate (one batched engine call) -> parse -> dispatch the turn's calls (all episodes' toolboxes run
-concurrently; each toolbox decodes its calls together) -> in `subagent` mode one batched engine call
-for every sub-agent of the turn -> tool responses appended -> next turn. The last turn is told to
-answer and its tool calls are not executed.
+Each episode moves on its own: generate -> parse -> dispatch the turn's calls (its toolbox decodes
+them together) -> in `subagent` mode one generation request for all its sub-agents -> tool responses
+appended -> next turn. The last turn is told to answer and its tool calls are not executed. Engine
+requests of concurrently running episodes meet in a scheduler: a server engine
+(`continuous_batching = True`) gets each request as soon as it is ready, up to a bound on requests
+in flight; an in-process engine gets whatever requests are waiting as one batch (a micro-batching
+queue). `AgentConfig.schedule = "lockstep"` advances all episodes turn by turn together instead.
 
 Token in, token out: a trajectory's next prompt is its previous token ids, plus the generated ids as
 sampled, plus the continuation (tool responses) tokenized once by the engine. Nothing is re-tokenized
@@ -30,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from paravt.core.agent_protocol import AgentProtocol
 
 Dispatch = Literal["parallel", "sequential"]
+Schedule = Literal["async", "lockstep"]
 ToolResponseMode = Literal["subagent", "frames"]
 FinishReason = Literal["stop", "length"]
 
@@ -64,6 +67,17 @@ class AgentConfig(BaseModel):
     think_prefix: bool = Field(True, description="Start every main response with '<think>\\n'.")
     max_num_frames: int = Field(16, ge=1, description="Upper bound for a call's num_frames.")
     tool_timeout_s: float = Field(120.0, gt=0, description="Time limit of one turn's tool calls.")
+    schedule: Schedule = Field(
+        "async",
+        description="'async': every episode moves on its own (generate -> its calls -> its "
+        "sub-agents -> next turn); 'lockstep': all episodes advance turn by turn together.",
+    )
+    max_requests_in_flight: int = Field(
+        256,
+        ge=1,
+        description="Generation requests open at once (server engine) or trajectories batched "
+        "together at most (in-process engine).",
+    )
     sampling: SamplingParams = Field(default_factory=SamplingParams)
     subagent_sampling: SamplingParams = Field(
         default_factory=lambda: SamplingParams(max_new_tokens=256),
@@ -353,16 +367,169 @@ def _summary_of(text: str) -> str:
     return body.strip() or "(no summary)"
 
 
+class _Request:
+    """Trajectories of one episode waiting for one generation (with one sampling setting)."""
+
+    __slots__ = ("future", "owner", "sampling", "trajectories")
+
+    def __init__(
+        self,
+        owner: int,
+        trajectories: list[Trajectory],
+        sampling: SamplingParams,
+        future: asyncio.Future[list[Generated]],
+    ) -> None:
+        self.owner = owner
+        self.trajectories = trajectories
+        self.sampling = sampling
+        self.future = future
+
+
+class _Scheduler:
+    """Routes the generation requests of concurrently running episodes to the engine.
+
+    - `per_request` (async schedule, an engine with `continuous_batching = True`, i.e. a server
+      that batches on its side): every trajectory is its own engine call, at most
+      `max_requests_in_flight` open at once; no episode waits for another.
+    - `gather` (async schedule, an in-process engine): a micro-batching queue. Once the requests
+      waiting have stopped growing (the other runnable episodes have had their turn of the event
+      loop), up to `max_requests_in_flight` trajectories go in one engine call per sampling
+      setting, ordered by episode; one batch at a time, and requests arriving meanwhile wait for
+      the next.
+    - `lockstep`: a batch goes only when every unfinished episode is waiting (a barrier), so all
+      episodes advance turn by turn together, the slowest generation holding everyone.
+    """
+
+    _SETTLE_TICKS = 8  # event-loop passes without a new request before a gathered batch goes
+    _MAX_SETTLE_TICKS = 1000
+
+    def __init__(self, engine: Engine, config: AgentConfig, live: int) -> None:
+        self.engine = engine
+        if config.schedule == "lockstep":
+            self.mode = "lockstep"
+        elif getattr(engine, "continuous_batching", False):
+            self.mode = "per_request"
+        else:
+            self.mode = "gather"
+        self.limit = config.max_requests_in_flight
+        self.live = live
+        self.pending: list[_Request] = []
+        self.wakeup = asyncio.Event()
+        self.slots = asyncio.Semaphore(self.limit)
+
+    @property
+    def needs_worker(self) -> bool:
+        return self.mode != "per_request"
+
+    async def generate(
+        self, owner: int, trajectories: list[Trajectory], sampling: SamplingParams
+    ) -> list[Generated]:
+        """Continue `trajectories` (all of episode `owner`) once."""
+        if not trajectories:
+            return []
+        if self.mode == "per_request":
+
+            async def one(trajectory: Trajectory) -> Generated:
+                async with self.slots:
+                    outs = await self.engine.generate([trajectory], sampling)
+                return outs[0]
+
+            return list(await asyncio.gather(*(one(t) for t in trajectories)))
+        future: asyncio.Future[list[Generated]] = asyncio.get_running_loop().create_future()
+        self.pending.append(_Request(owner, trajectories, sampling, future))
+        self.wakeup.set()
+        return await future
+
+    def finished(self) -> None:
+        """An episode ended (the lockstep barrier no longer waits for it)."""
+        self.live -= 1
+        self.wakeup.set()
+
+    async def run(self) -> None:
+        """The batching worker (modes `gather` and `lockstep`); cancelled when all episodes end."""
+        while True:
+            await self.wakeup.wait()
+            self.wakeup.clear()
+            if not self.pending:
+                continue
+            if self.mode == "lockstep":
+                if len({r.owner for r in self.pending}) < self.live:
+                    continue
+                batch, self.pending = self.pending, []
+            else:
+                await self._settle()
+                batch = self._take()
+            await self._run_batch(sorted(batch, key=lambda r: r.owner))
+            if self.pending:
+                self.wakeup.set()
+
+    async def _settle(self) -> None:
+        seen, quiet = len(self.pending), 0
+        for _ in range(self._MAX_SETTLE_TICKS):
+            if quiet >= self._SETTLE_TICKS or self._size() >= self.limit:
+                return
+            await asyncio.sleep(0)
+            quiet = quiet + 1 if len(self.pending) == seen else 0
+            seen = len(self.pending)
+
+    def _size(self) -> int:
+        return sum(len(r.trajectories) for r in self.pending)
+
+    def _take(self) -> list[_Request]:
+        ordered = sorted(self.pending, key=lambda r: r.owner)
+        batch: list[_Request] = []
+        size = 0
+        for request in ordered:
+            if batch and size + len(request.trajectories) > self.limit:
+                break
+            batch.append(request)
+            size += len(request.trajectories)
+        taken = {id(r) for r in batch}
+        self.pending = [r for r in self.pending if id(r) not in taken]
+        return batch
+
+    async def _run_batch(self, batch: list[_Request]) -> None:
+        groups: dict[str, list[_Request]] = {}
+        for request in batch:
+            groups.setdefault(request.sampling.model_dump_json(), []).append(request)
+        for members in groups.values():
+            trajectories = [t for r in members for t in r.trajectories]
+            try:
+                outs = await self.engine.generate(trajectories, members[0].sampling)
+                if len(outs) != len(trajectories):
+                    raise RuntimeError(
+                        f"{type(self.engine).__name__}.generate returned {len(outs)} results "
+                        f"for {len(trajectories)} trajectories"
+                    )
+            except Exception as exc:  # the episodes waiting on this batch raise it
+                for r in members:
+                    if not r.future.done():
+                        r.future.set_exception(exc)
+                continue
+            k = 0
+            for r in members:
+                n = len(r.trajectories)
+                if not r.future.done():
+                    r.future.set_result(list(outs[k : k + n]))
+                k += n
+
+
 async def run_episodes(
     tasks: Sequence[AgentTask],
     engine: Engine,
     config: AgentConfig | None = None,
     protocol: AgentProtocol | None = None,
 ) -> list[Episode]:
-    """Run a batch of agent episodes in lockstep, batching generations across episodes.
+    """Run a batch of agent episodes; returns their `Episode` records in task order.
+
+    With `config.schedule == "async"` (default) every episode moves on its own (generate -> its
+    calls -> its sub-agents -> next turn): a server engine gets each request as soon as it is
+    ready, an in-process engine batches whatever requests are waiting together. `"lockstep"`
+    advances all episodes turn by turn together. The records are the same either way.
 
     `protocol` (default: paravt's) says how calls are read, how their results and the final-answer
-    note are written, and the forced request's token limit; `config` bounds turns and calls."""
+    note are written, and the forced request's token limit; `config` bounds turns and calls.
+    An exception in one episode (an engine error) cancels the others and is raised."""
     from paravt.core.agent_protocol import PARAVT_PROTOCOL
 
     config = config or AgentConfig()
@@ -373,17 +540,53 @@ async def run_episodes(
         main = Trajectory("main", assistant_prefix=prefix)
         main.add_prompt(engine.encode_prompt(task.messages, assistant_prefix=prefix), task.messages)
         states.append(_State(task, Episode(task.key, main)))
+    if not states:
+        return []
 
-    for turn in range(1, config.max_turns + 1):
-        active = [s for s in states if not s.done]
-        if not active:
-            break
-        t0 = time.perf_counter()
-        outs = await _generate(engine, active, config, protocol, last=turn == config.max_turns)
-        generate_s = time.perf_counter() - t0
+    scheduler = _Scheduler(engine, config, live=len(states))
+    worker = asyncio.ensure_future(scheduler.run()) if scheduler.needs_worker else None
+    running = [
+        asyncio.ensure_future(_run_episode(i, s, engine, scheduler, config, protocol, prefix))
+        for i, s in enumerate(states)
+    ]
+    try:
+        await asyncio.wait(running, return_when=asyncio.FIRST_EXCEPTION)
+        errors = [t.exception() for t in running if t.done() and not t.cancelled()]
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
+    finally:
+        leftovers = [t for t in running if not t.done()]
+        if worker is not None:
+            leftovers.append(worker)
+        for t in leftovers:
+            t.cancel()
+        if leftovers:
+            await asyncio.gather(*leftovers, return_exceptions=True)
+    return [s.episode for s in states]
 
-        plans: list[tuple[_State, TurnRecord, list[tuple[int, CropVideoArgs]]]] = []
-        for state, out in zip(active, outs):
+
+async def _run_episode(
+    index: int,
+    state: _State,
+    engine: Engine,
+    scheduler: _Scheduler,
+    config: AgentConfig,
+    protocol: AgentProtocol,
+    prefix: str,
+) -> None:
+    """One episode, turn by turn: generate -> parse -> its calls -> its sub-agents -> next prompt."""
+    try:
+        for turn in range(1, config.max_turns + 1):
+            sampling = config.sampling
+            if turn == config.max_turns:  # a forced final request may have its own token limit
+                limit = protocol.final_max_new_tokens(state.task.answer_kind)  # type: ignore[arg-type]
+                if limit is not None:
+                    sampling = sampling.model_copy(update={"max_new_tokens": limit})
+            t0 = time.perf_counter()
+            (out,) = await scheduler.generate(index, [state.episode.main], sampling)
+            generate_s = time.perf_counter() - t0
+
             state.last = out
             state.episode.main.add_generated(out)
             response = prefix + out.text
@@ -406,44 +609,33 @@ async def run_episodes(
                             error=call.error or "not executed: no tool turns left",
                         )
                     )
-                continue
-            record.calls, to_run = _plan_calls(calls, config)
-            plans.append((state, record, to_run))
-        if not plans:
-            continue
+                break
+            record.calls, run = _plan_calls(calls, config)
 
-        t0 = time.perf_counter()
-        results = await asyncio.gather(
-            *(
-                _run_toolbox(s.task.toolbox, [a for _, a in run], config.tool_timeout_s)
-                for s, _, run in plans
+            t0 = time.perf_counter()
+            outputs = await _run_toolbox(
+                state.task.toolbox, [a for _, a in run], config.tool_timeout_s
             )
-        )
-        tools_s = time.perf_counter() - t0
-        outputs_by_plan: list[dict[int, ToolOutput]] = []
-        for (_, record, run), outputs in zip(plans, results):
+            record.tools_s = time.perf_counter() - t0
             by_index = {i: o for (i, _), o in zip(run, outputs)}
             for i, tool_out in by_index.items():
                 rec = record.calls[i]
                 rec.error, rec.window_s = tool_out.error, tool_out.window_s
                 rec.num_frames, rec.note = len(tool_out.frames), tool_out.text
-            record.tools_s = tools_s
-            outputs_by_plan.append(by_index)
 
-        summaries: dict[tuple[int, int], str] = {}
-        if config.tool_response == "subagent":
-            t0 = time.perf_counter()
-            summaries = await _run_subagents(plans, outputs_by_plan, engine, config, turn)
-            subagent_s = time.perf_counter() - t0
-            for _, record, _ in plans:
-                record.subagent_s = subagent_s
+            summaries: dict[int, str] = {}
+            if config.tool_response == "subagent":
+                t0 = time.perf_counter()
+                summaries = await _run_subagents(
+                    index, state, by_index, engine, scheduler, config, turn
+                )
+                record.subagent_s = time.perf_counter() - t0
 
-        for p, ((state, record, run), by_index) in enumerate(zip(plans, outputs_by_plan)):
             args_of = dict(run)
             results: list[tuple[CropVideoArgs | None, ToolOutput, str | None, bool]] = []
             for rec in record.calls:
                 if rec.index in by_index:
-                    summary = summaries.get((p, rec.index))
+                    summary = summaries.get(rec.index)
                     rec.summary = summary
                     results.append((args_of[rec.index], by_index[rec.index], summary, True))
                 else:
@@ -453,67 +645,39 @@ async def run_episodes(
             if turn + 1 == config.max_turns and note:
                 messages.append(Message("user", note))
                 state.episode.forced_answer = True
-            assert state.last is not None
-            encoded = engine.encode_continuation(
-                messages, previous=state.last, assistant_prefix=prefix
-            )
+            encoded = engine.encode_continuation(messages, previous=out, assistant_prefix=prefix)
             state.episode.main.add_prompt(encoded, messages)
-
-    for state in states:
+    finally:
         state.episode.total_s = time.perf_counter() - state.started
-    return [s.episode for s in states]
-
-
-async def _generate(
-    engine: Engine,
-    active: list[_State],
-    config: AgentConfig,
-    protocol: AgentProtocol,
-    *,
-    last: bool,
-) -> list[Generated]:
-    """One batched generation; a forced final request uses the protocol's own token limit (per
-    answer kind, so a batch may split into one call per limit)."""
-    groups: dict[int | None, list[int]] = {}
-    for i, state in enumerate(active):
-        limit = protocol.final_max_new_tokens(state.task.answer_kind) if last else None  # type: ignore[arg-type]
-        groups.setdefault(limit, []).append(i)
-    outs: list[Generated | None] = [None] * len(active)
-    for limit, members in groups.items():
-        sampling = config.sampling
-        if limit is not None:
-            sampling = sampling.model_copy(update={"max_new_tokens": limit})
-        got = await engine.generate([active[i].episode.main for i in members], sampling)
-        for i, out in zip(members, got):
-            outs[i] = out
-    return [o for o in outs if o is not None]
+        scheduler.finished()
 
 
 async def _run_subagents(
-    plans: list[tuple[_State, TurnRecord, list[tuple[int, CropVideoArgs]]]],
-    outputs_by_plan: list[dict[int, ToolOutput]],
+    index: int,
+    state: _State,
+    by_index: dict[int, ToolOutput],
     engine: Engine,
+    scheduler: _Scheduler,
     config: AgentConfig,
     turn: int,
-) -> dict[tuple[int, int], str]:
-    """One batched generation for every successful call of the turn, across all episodes."""
-    jobs: list[tuple[int, int, Trajectory]] = []
-    for p, ((state, _, _), by_index) in enumerate(zip(plans, outputs_by_plan)):
-        for i, output in sorted(by_index.items()):
-            if not output.ok or output.window_s is None:
-                continue
-            messages = build_subagent_prompt(state.task.question, output.window_s, output.frames)
-            traj = Trajectory("subagent", turn=turn, call_index=i)
-            traj.add_prompt(engine.encode_prompt(messages), messages)
-            jobs.append((p, i, traj))
+) -> dict[int, str]:
+    """One generation request for every successful call of the episode's turn; summaries by call."""
+    jobs: list[tuple[int, Trajectory]] = []
+    for i, output in sorted(by_index.items()):
+        if not output.ok or output.window_s is None:
+            continue
+        messages = build_subagent_prompt(state.task.question, output.window_s, output.frames)
+        traj = Trajectory("subagent", turn=turn, call_index=i)
+        traj.add_prompt(engine.encode_prompt(messages), messages)
+        jobs.append((i, traj))
     if not jobs:
         return {}
-    outs = await engine.generate([t for _, _, t in jobs], config.subagent_sampling)
-    summaries: dict[tuple[int, int], str] = {}
-    for (p, i, traj), out in zip(jobs, outs):
+    outs = await scheduler.generate(index, [t for _, t in jobs], config.subagent_sampling)
+    summaries: dict[int, str] = {}
+    for (i, traj), out in zip(jobs, outs):
         traj.add_generated(out)
-        plans[p][0].episode.subagents.append(traj)
-        summaries[(p, i)] = _summary_of(out.text)
+        state.episode.subagents.append(traj)
+        summaries[i] = _summary_of(out.text)
     return summaries
 
 
