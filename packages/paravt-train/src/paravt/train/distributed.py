@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,26 +30,55 @@ from paravt.train.recipe import DistributedSpec, OptimSpec
 log = logging.getLogger("paravt.train")
 
 
+def bind_device(device: torch.device) -> None:
+    """Make `device` this process's current CUDA device (no-op on CPU).
+
+    Must run before anything touches CUDA: FSDP2's DeviceMesh, NCCL communicators and
+    `all_gather_object` all use the *current* device, which is `cuda:0` on every rank otherwise.
+    """
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+
+
+def resolve_backend(spec: DistributedSpec, device: torch.device) -> str:
+    """The process-group backend: the recipe's, or nccl on CUDA and gloo on CPU for 'auto'."""
+    if spec.backend != "auto":
+        return spec.backend
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
 def init_distributed(spec: DistributedSpec, device: torch.device) -> tuple[int, int]:
-    """Start the process group when running under torchrun (or for DeepSpeed); (rank, world)."""
+    """Start the process group when running under torchrun (or for DeepSpeed); (rank, world).
+
+    Binds the process to `device` first (`torch.cuda.set_device(LOCAL_RANK)`), and passes
+    `device_id` to an NCCL group so its communicator is created eagerly on that GPU.
+    """
+    bind_device(device)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     needs_group = world > 1 or spec.strategy in ("fsdp2", "deepspeed")
     if needs_group and not dist.is_initialized():
-        backend = spec.backend
-        if backend == "auto":
-            backend = "nccl" if device.type == "cuda" else "gloo"
+        backend = resolve_backend(spec, device)
+        if backend == "nccl" and device.type != "cuda":
+            raise RuntimeError(
+                "distributed.backend=nccl needs a CUDA device; set distributed.device=cuda "
+                "(or backend=gloo for CPU runs)"
+            )
         if world == 1:  # single process: a group of one, so FSDP2 / DeepSpeed work unchanged
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
             os.environ.setdefault("RANK", "0")
             os.environ.setdefault("LOCAL_RANK", "0")
             os.environ.setdefault("WORLD_SIZE", "1")
+        timeout = datetime.timedelta(seconds=spec.timeout_s)
         if spec.strategy == "deepspeed":
             import deepspeed
 
-            deepspeed.init_distributed(dist_backend=backend)
+            deepspeed.init_distributed(dist_backend=backend, timeout=timeout)
         else:
-            dist.init_process_group(backend, timeout=datetime.timedelta(minutes=30))
+            kwargs: dict[str, Any] = {"timeout": timeout}
+            if backend == "nccl":
+                kwargs["device_id"] = device
+            dist.init_process_group(backend, **kwargs)
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     if world > 1:
@@ -56,15 +86,83 @@ def init_distributed(spec: DistributedSpec, device: torch.device) -> tuple[int, 
     return 0, 1
 
 
+# --------------------------------------------------------------------------------------------------
+# Collectives: every tensor on the process group's device
+
+
+def device_for_backend(backend: str, local_rank: int | None = None) -> torch.device:
+    """Where a collective's tensors must live for a process-group backend name.
+
+    NCCL reduces CUDA tensors only (`cuda:LOCAL_RANK`); gloo (and a mixed
+    `cpu:gloo,cuda:nccl` group, which routes CPU tensors to gloo) takes CPU tensors.
+    """
+    name = str(backend).lower()
+    if "nccl" in name and "gloo" not in name:
+        rank = int(os.environ.get("LOCAL_RANK", "0")) if local_rank is None else local_rank
+        return torch.device("cuda", rank)
+    return torch.device("cpu")
+
+
+def collective_device(group: Any = None) -> torch.device:
+    """The device of the tensors a collective on `group` (default: the world) must use."""
+    if not dist.is_initialized():
+        return torch.device("cpu")
+    return device_for_backend(dist.get_backend(group))
+
+
+def _world() -> int:
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
 def all_reduce_mean(values: dict[str, float]) -> dict[str, float]:
-    """Average scalar metrics over ranks (identity in one process)."""
-    if not (dist.is_initialized() and dist.get_world_size() > 1) or not values:
+    """Average scalar metrics over ranks (identity in one process). Collective: every rank must
+    pass the same keys."""
+    if _world() == 1 or not values:
         return values
     keys = sorted(values)
-    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
+    t = torch.tensor(
+        [float(values[k]) for k in keys], dtype=torch.float64, device=collective_device()
+    )
     dist.all_reduce(t)
     t /= dist.get_world_size()
-    return dict(zip(keys, t.tolist()))
+    return dict(zip(keys, t.cpu().tolist()))
+
+
+def all_reduce_sum(values: Sequence[float]) -> list[float]:
+    """Element-wise sum over ranks of a float vector of the same length on every rank."""
+    if _world() == 1:
+        return [float(v) for v in values]
+    t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=collective_device())
+    dist.all_reduce(t)
+    return t.cpu().tolist()
+
+
+def all_reduce_max_int(value: int) -> int:
+    """The largest `value` over ranks (e.g. micro-batches in a step)."""
+    if _world() == 1:
+        return int(value)
+    t = torch.tensor([int(value)], dtype=torch.int64, device=collective_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def all_gather_floats(values: Sequence[float]) -> list[list[float]]:
+    """Every rank's float vector (lengths may differ), in rank order."""
+    if _world() == 1:
+        return [[float(v) for v in values]]
+    device = collective_device()
+    width = all_reduce_max_int(len(values))
+    row = torch.zeros(width + 1, dtype=torch.float64, device=device)
+    row[0] = len(values)
+    if values:
+        row[1 : len(values) + 1] = torch.tensor([float(v) for v in values], dtype=torch.float64)
+    rows = [torch.empty_like(row) for _ in range(dist.get_world_size())]
+    dist.all_gather(rows, row)
+    out = []
+    for r in rows:
+        r = r.cpu()
+        out.append(r[1 : int(r[0].item()) + 1].tolist())
+    return out
 
 
 def barrier() -> None:
@@ -81,8 +179,54 @@ def _blocks(model: Any) -> list[torch.nn.Module]:
     return out
 
 
+def fsdp_mixed_precision(compute_dtype: torch.dtype) -> Any:
+    """FSDP2's policy for a compute dtype: bf16 parameters in forward/backward with gradients
+    reduce-scattered in fp32 (None for fp32 training: nothing to cast)."""
+    if compute_dtype == torch.float32:
+        return None
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+
+
+def shard_like_policy(model: Any, spec: DistributedSpec, compute_dtype: torch.dtype) -> Any:
+    """A frozen model (the KL reference) sharded the way the policy is, so it is not a full copy
+    on every GPU: fully_shard per block under FSDP2, a ZeRO-3 inference engine under DeepSpeed
+    stage 3; unchanged otherwise (ZeRO-2 keeps full parameters on every rank, as the policy).
+    Forward passes on it are collectives under FSDP2/ZeRO-3: every rank must make them."""
+    model.requires_grad_(False)
+    if spec.strategy == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+
+        mp = fsdp_mixed_precision(compute_dtype)
+        kwargs = {"mp_policy": mp} if mp is not None else {}
+        for block in _blocks(model):
+            fully_shard(block, **kwargs)
+        fully_shard(model, **kwargs)
+        return model
+    if spec.strategy == "deepspeed" and spec.zero_stage == 3:
+        import deepspeed
+
+        bf16 = compute_dtype == torch.bfloat16
+        config = {
+            "train_micro_batch_size_per_gpu": 1,
+            "zero_optimization": {"stage": 3},
+            "bf16": {"enabled": bf16},
+            "steps_per_print": 10**9,
+        }
+        engine, *_ = deepspeed.initialize(model=model, config=config)
+        return engine.module
+    return model
+
+
 class Backend:
-    """See module docstring. `model` is what forward passes use."""
+    """See module docstring. `model` is what forward passes use.
+
+    `compute_dtype` (bf16 on GPU) is the dtype of forward/backward; under FSDP2 the model holds
+    fp32 master weights and `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)` casts them;
+    under DeepSpeed the bf16 section keeps fp32 master weights and gradients are communicated in
+    fp32.
+    """
 
     def __init__(
         self,
@@ -92,36 +236,45 @@ class Backend:
         total_steps: int,
         *,
         trainable: bool = True,
+        compute_dtype: torch.dtype | None = None,
     ) -> None:
         from paravt.train.modeling import make_optimizer, make_scheduler
 
         self.spec = spec
         self.optim_spec = optim
         self.ds_engine: Any = None
+        if compute_dtype is None:
+            compute_dtype = next(model.parameters()).dtype
+        self.compute_dtype = compute_dtype
         self.sharded = spec.strategy == "fsdp2" or (
             spec.strategy == "deepspeed" and spec.zero_stage == 3
         )
         if spec.strategy == "fsdp2":
             from torch.distributed.fsdp import fully_shard
 
+            mp = fsdp_mixed_precision(compute_dtype)
+            kwargs = {"mp_policy": mp} if mp is not None else {}
             for block in _blocks(model):
-                fully_shard(block)
-            fully_shard(model)
+                fully_shard(block, **kwargs)
+            fully_shard(model, **kwargs)
         if spec.strategy == "deepspeed":
             import deepspeed
 
             optimizer = make_optimizer(model.parameters(), optim)
             scheduler = make_scheduler(optimizer, optim, total_steps)
-            config = {
+            bf16 = compute_dtype == torch.bfloat16
+            config: dict[str, Any] = {
                 "train_micro_batch_size_per_gpu": 1,
                 "gradient_accumulation_steps": 1,
                 "gradient_clipping": optim.max_grad_norm or 0.0,
                 "zero_optimization": {"stage": spec.zero_stage},
-                "bf16": {"enabled": next(model.parameters()).dtype == torch.bfloat16},
+                "bf16": {"enabled": bf16},
                 "zero_allow_untested_optimizer": True,
                 "steps_per_print": 10**9,
                 "wall_clock_breakdown": False,
             }
+            if bf16:
+                config["communication_data_type"] = "fp32"
             self.ds_engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
                 model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config
             )
@@ -131,6 +284,16 @@ class Backend:
             self.model = model
             self.optimizer = make_optimizer(model.parameters(), optim)
             self.scheduler = make_scheduler(self.optimizer, optim, total_steps)
+
+    @property
+    def world_size(self) -> int:
+        return dist.get_world_size() if dist.is_initialized() else 1
+
+    @property
+    def grad_average_ranks(self) -> int:
+        """Ranks whose gradients FSDP2 / DeepSpeed average (1 without sharding): a rank's loss is
+        multiplied by this so the average over ranks is the global sum / global normaliser."""
+        return self.world_size if self.spec.strategy in ("fsdp2", "deepspeed") else 1
 
     # ------------------------------------------------------------------------------ training step
 
@@ -168,24 +331,58 @@ class Backend:
 
     # ------------------------------------------------------------------------------ state
 
-    def full_model_state(self) -> dict[str, torch.Tensor]:
-        """Unsharded weights on CPU, identical on every rank (a collective under FSDP2/ZeRO-3)."""
-        if self.spec.strategy == "fsdp2":
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                get_model_state_dict,
-            )
+    def iter_full_state(
+        self, *, bucket_bytes: int = 256 << 20, device: torch.device | str | None = None
+    ) -> Iterator[list[tuple[str, torch.Tensor]]]:
+        """The unsharded weights in buckets of about `bucket_bytes`, gathered one tensor at a time
+        and moved to `device` (default: where they were gathered), so no more than one bucket is
+        ever whole on a GPU. Collective under FSDP2 / ZeRO-3: every rank iterates to the end, in
+        the same order. Names are the HF checkpoint's."""
+        bucket: list[tuple[str, torch.Tensor]] = []
+        size = 0
+        for name, tensor in self._iter_full_tensors():
+            if device is not None:
+                tensor = tensor.to(device)
+            nbytes = tensor.numel() * tensor.element_size()
+            if bucket and size + nbytes > bucket_bytes:
+                yield bucket
+                bucket, size = [], 0
+            bucket.append((name, tensor))
+            size += nbytes
+        if bucket:
+            yield bucket
 
-            opts = StateDictOptions(full_state_dict=True, cpu_offload=False)
-            state = get_model_state_dict(self.model, options=opts)
-            return {k: v.detach().cpu() for k, v in state.items()}
+    def _iter_full_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        if self.spec.strategy == "fsdp2":
+            for name, value in self.model.state_dict().items():
+                if hasattr(value, "full_tensor"):
+                    value = value.full_tensor()  # all-gather of this one tensor
+                yield name, value.detach()
+            return
         if self.ds_engine is not None and self.spec.zero_stage == 3:
             import deepspeed
 
-            params = list(self.model.parameters())
-            with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
-                return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
-        return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+            params = dict(self.model.named_parameters())
+            for name, value in self.model.state_dict().items():
+                param = params.get(name)
+                if param is None:
+                    yield name, value.detach()
+                    continue
+                with deepspeed.zero.GatheredParameters([param], modifier_rank=None):
+                    yield name, param.detach().clone()
+            return
+        for name, value in self.model.state_dict().items():
+            yield name, value.detach()
+
+    def full_model_state(self, *, all_ranks: bool = False) -> dict[str, torch.Tensor]:
+        """Unsharded weights on CPU, gathered tensor by tensor (a collective under FSDP2/ZeRO-3).
+        Rank 0 keeps them (every rank with `all_ranks`); other ranks get an empty dict."""
+        keep = all_ranks or not dist.is_initialized() or dist.get_rank() == 0
+        state: dict[str, torch.Tensor] = {}
+        for bucket in self.iter_full_state(device="cpu"):
+            if keep:
+                state.update(bucket)
+        return state
 
     def optimizer_state(self) -> dict[str, Any]:
         """Optimiser state in a form `load_optimizer_state` takes back (full, not sharded)."""

@@ -1,16 +1,26 @@
-"""Policy losses: the PPO clipped objective against rollout log-probs plus a k3 KL penalty.
+"""Policy losses: the PPO clipped objective, optionally decoupled (off-policy corrected), and the
+KL term to a frozen reference in either of two forms.
 
-Per token t of a trained sequence (mask 1):
+Per token t of a trained sequence (mask 1), with behaviour log-probs `old` (what the rollout
+engine sampled with), proximal log-probs `prox` (the policy before this step, recomputed by the
+trainer) and the current `logp`:
 
-    ratio_t = exp(logp_t - logp_old_t)
-    pg_t    = max(-A_t * ratio_t, -A_t * clip(ratio_t, 1 - eps, 1 + eps_high))
-    kl_t    = exp(logp_ref_t - logp_t) - (logp_ref_t - logp_t) - 1          (k3, >= 0)
-    loss_t  = pg_t + kl_coef * kl_t
+    coupled (PPO):    ratio_t = exp(logp_t - old_t),   w_t = 1
+    decoupled:        ratio_t = exp(logp_t - prox_t),  w_t = exp(prox_t - old_t), and w_t = 0
+                      where w_t > behav_imp_weight_cap (AReaL's decoupled PPO: engine/trainer
+                      mismatch is importance-weighted, not clipped as if it were policy drift)
+    pg_t    = w_t * max(-A_t * ratio_t, -A_t * clip(ratio_t, 1 - eps, 1 + eps_high))
+
+KL (`kl_form`):
+    k3_loss:   loss_t = pg_t + kl_coef * (exp(r) - r - 1),  r = ref_t - logp_t       (Schulman k3)
+    k1_reward: the per-token reward gets -kl_coef * (old_t - ref_t) before advantages
+               (`kl_reward_to_go`; AReaL's form, the reference's); the loss is pg_t alone.
 
 reduced by an aggregation registered by name (`AGGREGATIONS`): `token-mean` (all tokens of the
 step weigh the same; reference), `seq-mean-token-mean` (each sequence weighs the same) and
 `seq-mean-token-sum` (Dr.GRPO-style sums per sequence). Reductions are normalised by the whole
-step (`norm`), so gradient accumulation over micro-batches gives the same gradient as one batch.
+step over all ranks (`norm`), so gradient accumulation over micro-batches and ranks gives the
+gradient of one global batch.
 """
 
 from __future__ import annotations
@@ -29,6 +39,23 @@ class LossParts:
     clip_fraction: float
     ratio_mean: float
     tokens: float
+    behav_weight_mean: float = 1.0  # decoupled: mean exp(prox - old) over trained tokens
+    behav_masked_fraction: float = 0.0  # decoupled: tokens dropped for w > cap
+
+
+def kl_reward_to_go(
+    old_logp: list[float], ref_logp: list[float], mask: list[int], kl_coef: float
+) -> list[float]:
+    """AReaL's KL-in-reward term of one sequence's per-token advantages: the per-token reward
+    -kl_coef * (old_t - ref_t) (k1) on trained tokens, summed from t to the end (returns with
+    gamma = lambda = 1 and no critic), to be added to the outcome advantage."""
+    out = [0.0] * len(mask)
+    running = 0.0
+    for t in range(len(mask) - 1, -1, -1):
+        if mask[t]:
+            running += -kl_coef * (float(old_logp[t]) - float(ref_logp[t]))
+            out[t] = running
+    return out
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -41,13 +68,15 @@ def _token_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum()
 
 
+# (sequences without trained tokens contribute 0 * x, never an empty selection: the graph must
+# reach every parameter the forward used, see modeling.token_logprobs)
 def _seq_mean_token_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     per_seq = (x * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
-    return per_seq[mask.sum(-1) > 0].sum()
+    return per_seq.sum()
 
 
 def _seq_mean_token_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum(-1)[mask.sum(-1) > 0].sum()
+    return (x * mask).sum(-1).sum()
 
 
 # name -> (numerator over a micro-batch, what the step normaliser counts: tokens or sequences)
@@ -59,7 +88,8 @@ AGGREGATIONS: dict[str, tuple[Callable[[torch.Tensor, torch.Tensor], torch.Tenso
 
 
 def step_normaliser(aggregation: str, masks: list[list[int]]) -> float:
-    """What the summed micro-batch losses of one step are divided by."""
+    """What the summed micro-batch losses of one step are divided by (over `masks`; the trainer
+    sums it over ranks: `paravt.train.distributed.all_reduce_sum`)."""
     unit = AGGREGATIONS[aggregation][1]
     if unit == "tokens":
         return float(sum(sum(m) for m in masks)) or 1.0
@@ -78,21 +108,44 @@ def ppo_loss(
     kl_coef: float,
     aggregation: str,
     norm: float,
+    prox_logp: torch.Tensor | None = None,
+    behav_imp_weight_cap: float | None = None,
+    kl_form: str = "k3_loss",
 ) -> LossParts:
-    """The loss of one micro-batch (tensors of shape (B, T); `mask` 1 on trained tokens)."""
+    """The loss of one micro-batch (tensors of shape (B, T); `mask` 1 on trained tokens).
+
+    `prox_logp` switches on the decoupled loss (see module docstring); `behav_imp_weight_cap`
+    (None: no cap) drops tokens whose behaviour weight exceeds it. With `kl_form="k1_reward"` the
+    KL is already in `advantages` and `ref_logp` is only reported.
+    """
     reduce = AGGREGATIONS[aggregation][0]
     high = clip_eps if clip_eps_high is None else clip_eps_high
-    log_ratio = (logp - old_logp).clamp(-20.0, 20.0)
+    anchor = old_logp if prox_logp is None else prox_logp
+    log_ratio = (logp - anchor).clamp(-20.0, 20.0)
     ratio = torch.exp(log_ratio)
     pg1 = -advantages * ratio
     pg2 = -advantages * ratio.clamp(1.0 - clip_eps, 1.0 + high)
     pg = torch.maximum(pg1, pg2)
+    n_tok = mask.sum().clamp(min=1.0)
+    behav_mean, behav_masked = 1.0, 0.0
+    if prox_logp is not None:
+        with torch.no_grad():
+            behav = torch.exp((prox_logp - old_logp).clamp(-20.0, 20.0))
+            keep = torch.ones_like(behav, dtype=torch.bool)
+            if behav_imp_weight_cap is not None:
+                keep = behav <= behav_imp_weight_cap
+            weight = torch.where(keep, behav, torch.zeros_like(behav))
+            behav_mean = float((behav * mask).sum() / n_tok)
+            behav_masked = float(((~keep).float() * mask).sum() / n_tok)
+        pg = pg * weight
     total = pg
     kl_value = 0.0
-    n_tok = mask.sum().clamp(min=1.0)
     if ref_logp is not None and kl_coef > 0:
-        kl = k3_kl(logp, ref_logp)
-        total = pg + kl_coef * kl
+        if kl_form == "k3_loss":
+            kl = k3_kl(logp, ref_logp)
+            total = pg + kl_coef * kl
+        else:
+            kl = (old_logp - ref_logp).detach()  # k1 of behaviour vs reference, as rewarded
         kl_value = float(((kl * mask).sum() / n_tok).detach())
     loss = reduce(total, mask) / norm
     with torch.no_grad():
@@ -104,4 +157,6 @@ def ppo_loss(
             clip_fraction=float(clipped),
             ratio_mean=float((ratio * mask).sum() / n_tok),
             tokens=float(mask.sum()),
+            behav_weight_mean=behav_mean,
+            behav_masked_fraction=behav_masked,
         )

@@ -60,13 +60,19 @@ def ensure_model(spec: ModelSpec) -> Path | str:
 
 
 def load_model_and_processor(
-    spec: ModelSpec, device: torch.device, *, path: str | Path | None = None
+    spec: ModelSpec,
+    device: torch.device,
+    *,
+    path: str | Path | None = None,
+    dtype: torch.dtype | None = None,
 ) -> tuple[Any, Any]:
-    """`AutoModelForImageTextToText` + `AutoProcessor` from the recipe's model (or `path`)."""
+    """`AutoModelForImageTextToText` + `AutoProcessor` from the recipe's model (or `path`), in
+    `dtype` (default: the recipe's compute dtype; FSDP2 loads fp32 master weights and casts with
+    its mixed-precision policy)."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     source = path if path is not None else ensure_model(spec)
-    dtype = pick_dtype(spec, device)
+    dtype = dtype or pick_dtype(spec, device)
     model = AutoModelForImageTextToText.from_pretrained(
         str(source), dtype=dtype, attn_implementation=spec.attn_implementation
     ).to(device)
@@ -127,23 +133,172 @@ def collate(
     return batch
 
 
-def token_logprobs(model: Any, batch: dict[str, Any], *, temperature: float = 1.0) -> torch.Tensor:
-    """Log-probability of every token given the ones before it, shape (B, T); position 0 is 0.
-
-    Computed from logits / temperature, the same quantity the HF engine records while sampling.
-    """
+def model_inputs(model: Any, batch: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of a Qwen-VL forward for a `collate` batch."""
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask") if k in batch}
     if "pixel_values" in batch:
         dtype = next(p for p in model.parameters() if p.is_floating_point()).dtype
         inputs["pixel_values"] = batch["pixel_values"].to(dtype)
         inputs["image_grid_thw"] = batch["image_grid_thw"]
         inputs["mm_token_type_ids"] = batch["mm_token_type_ids"]
-    logits = model(**inputs, use_cache=False).logits.float()
+    return inputs
+
+
+def token_logprobs_full(
+    model: Any, batch: dict[str, Any], *, temperature: float = 1.0
+) -> torch.Tensor:
+    """Log-probability of every token given the ones before it, shape (B, T); position 0 is 0.
+
+    The plain computation (full-vocabulary fp32 logits at every position: B x T x V floats); kept
+    as the reference `token_logprobs` is tested and benchmarked against.
+    """
+    logits = model(**model_inputs(model, batch), use_cache=False).logits.float()
     if temperature != 1.0:
         logits = logits / temperature
     ids = batch["input_ids"]
     lp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
     return torch.nn.functional.pad(lp, (1, 0))
+
+
+def _inner(model: Any) -> Any:
+    """The transformers model behind a DeepSpeed engine (FSDP2 modules are the model itself)."""
+    wrapped = model.__dict__.get("_modules", {}).get("module")
+    return wrapped if isinstance(wrapped, torch.nn.Module) else model
+
+
+def chunked_target_logprobs(
+    head: torch.nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    chunk: int = 1024,
+) -> torch.Tensor:
+    """log softmax(head(hidden) / temperature)[target] for N positions, `chunk` at a time.
+
+    `hidden` (N, H) and `targets` (N,). With autograd on, each chunk is checkpointed: only its
+    hidden states are kept, and its logits are recomputed in backward, so peak memory is one
+    chunk's logits (chunk x vocabulary fp32), whatever N is.
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    def piece(h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        logits = head(h).float()
+        if temperature != 1.0:
+            logits = logits / temperature
+        return logits.gather(-1, t[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+    out = []
+    for s in range(0, hidden.shape[0], chunk):
+        h, t = hidden[s : s + chunk], targets[s : s + chunk]
+        if torch.is_grad_enabled() and h.requires_grad:
+            out.append(checkpoint(piece, h, t, use_reentrant=False))
+        else:
+            out.append(piece(h, t))
+    return torch.cat(out) if out else hidden.new_zeros(0, dtype=torch.float32)
+
+
+class _SelectedLogProbHead(torch.nn.Module):
+    """Stands in for `lm_head` during one forward: instead of logits at every position it returns
+    the log-probs of the selected next tokens (`chunked_target_logprobs`). It runs inside the
+    model's forward, so FSDP2 / ZeRO-3 have the head's weight gathered as usual."""
+
+    def __init__(
+        self,
+        head: torch.nn.Module,
+        rows: torch.Tensor,
+        cols: torch.Tensor,
+        targets: torch.Tensor,
+        temperature: float,
+        chunk: int,
+    ) -> None:
+        super().__init__()
+        self.head = head
+        self.rows, self.cols, self.targets = rows, cols, targets
+        self.temperature, self.chunk = temperature, chunk
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        picked = hidden[self.rows, self.cols]
+        return chunked_target_logprobs(
+            self.head, picked, self.targets, temperature=self.temperature, chunk=self.chunk
+        )
+
+
+def token_logprobs(
+    model: Any,
+    batch: dict[str, Any],
+    *,
+    temperature: float = 1.0,
+    mask: torch.Tensor | None = None,
+    chunk: int = 1024,
+) -> torch.Tensor:
+    """Log-probability of each token given the ones before it, shape (B, T); position 0 is 0.
+
+    Computed from logits / temperature (the quantity the HF engine records while sampling), only
+    at positions where `mask` (B, T) is non-zero (others are 0; default: every position) and
+    `chunk` positions at a time, so no (T x vocabulary) logits tensor is ever built. When the mask
+    selects nothing, one position is still computed (weight 0 in any masked loss) so that the
+    backward pass reaches every parameter the forward used: sharded backends reduce gradients
+    per parameter group and would otherwise leave this rank out of a collective.
+    """
+    ids = batch["input_ids"]
+    want = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()
+    want = want.clone()
+    want[:, 0] = False  # the first token has no prediction
+    rows, cols = want[:, 1:].nonzero(as_tuple=True)  # cols: the predicting position
+    if rows.numel() == 0:
+        rows = torch.zeros(1, dtype=torch.long, device=ids.device)
+        cols = torch.zeros(1, dtype=torch.long, device=ids.device)
+    targets = ids[rows, cols + 1]
+    inner = _inner(model)
+    head = inner.lm_head
+    inner.lm_head = _SelectedLogProbHead(head, rows, cols, targets, temperature, chunk)
+    try:
+        picked = model(**model_inputs(model, batch), use_cache=False).logits
+    finally:
+        inner.lm_head = head
+    out = torch.zeros(ids.shape, dtype=torch.float32, device=picked.device)
+    return out.index_put((rows, cols + 1), picked.float())
+
+
+# --------------------------------------------------------------------------------------------------
+# Equal micro-batch counts on every rank
+
+
+def filler_sequence(encoder: Any) -> Sequence_:
+    """A short sequence with one small image and no trained token: the content of padding
+    micro-batches and of micro-batches that carry no image (see `balance_micro_batches`)."""
+    import numpy as np
+
+    from paravt.core.prompts import render_frames
+    from paravt.core.protocol import Frame, Message, TextPart
+
+    frame = Frame(np.zeros((32, 32, 3), dtype=np.uint8), 0.0)
+    encoded = encoder.encode_prompt([Message("user", [*render_frames([frame]), TextPart(".")])])
+    ids = list(encoded.token_ids)
+    return Sequence_(ids, [0] * len(ids), list(encoded.media))
+
+
+def balance_micro_batches(
+    micro: list[list[Sequence_]], filler: Sequence_, *, world: int
+) -> list[list[Sequence_]]:
+    """The same number of micro-batches on every rank, each running the vision tower.
+
+    Sharded backends (FSDP2, ZeRO) all-gather parameters in forward and reduce gradients in
+    backward, per block: ranks must run the same number of forward/backward passes through the
+    same blocks, or a collective waits forever. So (collective) the ranks agree on the largest
+    count, shorter ranks append `filler`-only micro-batches (mask 0: zero loss, same passes; a
+    rank with no rows at all still takes part), and a micro-batch without any image gets `filler`
+    appended so the vision blocks run on every rank. One process: unchanged.
+    """
+    from paravt.train.distributed import all_reduce_max_int
+
+    if world <= 1:
+        return micro
+    target = all_reduce_max_int(len(micro))
+    out = [mb if any(s.media for s in mb) else [*mb, filler] for mb in micro]
+    out += [[filler] for _ in range(target - len(out))]
+    return out
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, optim: Any, total_steps: int) -> Any:

@@ -57,6 +57,12 @@ class ModelSpec(_Strict):
         False, description="Recompute activations in the backward pass (less memory, ~30% slower)."
     )
     attn_implementation: str = Field("sdpa", description="transformers attention backend.")
+    logprob_chunk_tokens: int = Field(
+        1024,
+        ge=1,
+        description="Token log-probs are computed only at trained positions, this many positions "
+        "at a time through the LM head (peak memory: chunk x vocabulary, not length x vocabulary).",
+    )
 
 
 class OptimSpec(_Strict):
@@ -87,7 +93,13 @@ class DistributedSpec(_Strict):
         "auto", description="torch.distributed backend; 'auto' is nccl on GPU, gloo on CPU."
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto", description="'auto' uses CUDA when available."
+        "auto", description="'auto' uses CUDA when available (cuda:LOCAL_RANK under torchrun)."
+    )
+    timeout_s: int = Field(
+        1800,
+        ge=1,
+        description="Process-group timeout: a collective that waits longer raises instead of "
+        "hanging (a rank out of step with the others).",
     )
 
 
@@ -147,6 +159,23 @@ class SynthSpec(_Strict):
     crop_max_frames: int = Field(
         16, ge=1, description="Frames per crop in the teacher traces (match video.max_crop_frames)."
     )
+    layout: Literal["cue", "single"] = Field(
+        "cue",
+        description="'cue': checkerboard cue, target square after it, distractors; 'single': one "
+        "square (the family a tiny model learns on a CPU; see paravt.tools.synth).",
+    )
+    fps: float = Field(4.0, ge=1.0, description="Frame rate of the synthetic videos.")
+    needle_s: float = Field(2.0, gt=0, description="How long a square is on screen.")
+    crop_windows: int = Field(
+        2, ge=1, le=16, description="'single' layout: equal windows the teacher crops in parallel."
+    )
+    tool_fraction: float = Field(
+        1.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of main-agent teacher traces that call crop_video (the rest answer "
+        "from the overview alone).",
+    )
 
 
 class DataSpec(_Strict):
@@ -189,7 +218,13 @@ class SFTSpec(_Strict):
     batch_size: int = Field(1, ge=1, description="Sequences (or packs) per micro-batch per rank.")
     grad_accum: int = Field(1, ge=1, description="Micro-batches accumulated per optimiser step.")
     max_length: int = Field(
-        8192, ge=16, description="Tokens per sample at most; longer samples are truncated."
+        8192, ge=16, description="Tokens per sample at most; longer samples are skipped (logged)."
+    )
+    num_workers: int = Field(
+        2,
+        ge=0,
+        description="DataLoader worker processes that decode frames and tokenise rows ahead of "
+        "the training loop (0: in the training process).",
     )
     packing: bool = Field(
         False, description="Concatenate samples into sequences of `packing_length` tokens."
@@ -282,14 +317,33 @@ class LossSpec(_Strict):
         None, gt=0, description="Upper clip epsilon (clip-higher); None uses clip_eps."
     )
     kl_coef: float = Field(
-        0.01, ge=0, description="Weight of the k3 KL penalty to a frozen reference model."
+        0.01, ge=0, description="Weight of the KL term to a frozen reference model."
+    )
+    kl_form: Literal["k3_loss", "k1_reward"] = Field(
+        "k3_loss",
+        description="'k3_loss': kl_coef * k3(policy, ref) added to the loss; 'k1_reward': "
+        "kl_coef * k1(old, ref) subtracted from the per-token reward before advantages "
+        "(AReaL's form, the reference's).",
+    )
+    decoupled: bool = Field(
+        False,
+        description="Decoupled PPO (off-policy correction, reference): the ratio is taken "
+        "against proximal log-probs recomputed by the trainer, and the behaviour importance "
+        "weight exp(prox - old) multiplies the token loss.",
+    )
+    behav_imp_weight_cap: float | None = Field(
+        5.0,
+        gt=0,
+        description="Decoupled loss: tokens whose behaviour importance weight exceeds this are "
+        "left out of the loss (reference: 5); None keeps all.",
     )
     aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = Field(
         "token-mean", description="How per-token losses are reduced to one number."
     )
     include_subagents_in_loss: bool = Field(
-        True,
-        description="Train sub-agent trajectories with their episode's (broadcast) advantage.",
+        False,
+        description="Also train sub-agent trajectories with their episode's (broadcast) "
+        "advantage (the reference leaves them out by default).",
     )
     micro_batch_size: int = Field(
         4, ge=1, description="Trajectories per forward/backward pass in the update."

@@ -99,11 +99,14 @@ def pack_micro_batches(
     return bins
 
 
-def sft_loss(model: Any, batch: dict[str, Any], total_tokens: float) -> tuple[torch.Tensor, float]:
-    """Summed NLL of the supervised tokens divided by the step's supervised-token count."""
-    lp = token_logprobs(model, batch)
+def sft_loss(
+    model: Any, batch: dict[str, Any], norm: float, *, chunk: int = 1024
+) -> tuple[torch.Tensor, float]:
+    """Summed NLL of the supervised tokens divided by `norm` (the step's supervised-token count
+    over all ranks, divided by the ranks that average gradients); also the plain NLL sum."""
+    lp = token_logprobs(model, batch, mask=batch["mask"], chunk=chunk)
     nll = -(lp * batch["mask"]).sum()
-    return nll / total_tokens, float(nll.detach())
+    return nll / norm, float(nll.detach())
 
 
 def example_messages_factory(recipe: SFTRecipe) -> Callable[[Any], list[Message]]:
@@ -126,17 +129,80 @@ def _load_examples(recipe: SFTRecipe) -> list[Any]:
     return examples
 
 
+class EncodedRows(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Row index -> (index, encoded `Sequence_` or None when longer than `max_length`).
+
+    Frames are decoded and tokenised here, in DataLoader workers, and nothing is cached: host
+    memory holds only the batches in flight (workers x prefetch)."""
+
+    def __init__(
+        self,
+        rows: Sequence[Any],
+        to_messages: Callable[[Any], list[Message]],
+        encoder: Any,
+        max_length: int,
+    ) -> None:
+        self.rows, self.to_messages, self.encoder = rows, to_messages, encoder
+        self.max_length = max_length
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> tuple[int, Sequence_ | None]:
+        seq = encode_conversation(self.encoder, self.to_messages(self.rows[i]))
+        if len(seq) > self.max_length:
+            log.warning("row %d has %d tokens > sft.max_length; skipped", i, len(seq))
+            return i, None
+        return i, seq
+
+
+class StepRows(torch.utils.data.Sampler):  # type: ignore[type-arg]
+    """This rank's row indices of every step, drawn from the shared `RowOrder` (all ranks draw
+    the same global take and keep their slice). The loader runs ahead of training by a bounded
+    prefetch, so the order's state after each step's draw is kept (`state_after[step]`, popped
+    by the trainer) for checkpoints to resume exactly at the next step."""
+
+    def __init__(
+        self, order: RowOrder, per_step: int, rank: int, world: int, start: int, end: int
+    ) -> None:
+        self.order, self.per_step, self.rank, self.world = order, per_step, rank, world
+        self.steps = range(start + 1, end + 1)
+        self.state_after: dict[int, dict[str, int]] = {}
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __iter__(self) -> Any:
+        for step in self.steps:
+            take = self.order.take(self.per_step * self.world)
+            self.state_after[step] = self.order.state()
+            yield take[self.rank * self.per_step : (self.rank + 1) * self.per_step]
+
+
+def _as_list(items: list[Any]) -> list[Any]:
+    return items
+
+
 def train_sft(
     recipe: SFTRecipe,
     *,
     resume: bool = False,
     conversations: Sequence[list[Message]] | None = None,
+    on_step: Callable[[int, Backend, dict[str, float]], None] | None = None,
 ) -> Path:
     """Run supervised fine-tuning as the recipe says; returns the `final/` model directory.
 
-    `conversations` (core messages) replaces the recipe's parquet data (tests, custom data).
+    `conversations` (core messages) replaces the recipe's parquet data (tests, custom data);
+    `on_step(step, backend, metrics)` runs on every rank after each optimiser step (monitoring,
+    tests; it may make collectives, the same on every rank).
+
+    Every rank runs the same number of micro-batches per step (`balance_micro_batches`), and the
+    loss is normalised by the supervised-token count of the whole step over all ranks, so the
+    gradient equals that of one process training on all the step's rows.
     """
-    from paravt.core.engines.hf import HFEngine
+    from paravt.core.engines.hf import HFChatEncoder, HFEngine
+    from paravt.train.distributed import all_reduce_sum
+    from paravt.train.modeling import balance_micro_batches, filler_sequence, pick_dtype
 
     out = Path(recipe.output_dir)
     device = pick_device(recipe.distributed.device)
@@ -144,10 +210,16 @@ def train_sft(
     seed_everything(recipe.seed + rank)
 
     ckpt = latest_checkpoint(out) if resume else None
-    model, processor = load_model_and_processor(recipe.model, device, path=ckpt)
+    compute_dtype = pick_dtype(recipe.model, device)
+    master = torch.float32 if recipe.distributed.strategy == "fsdp2" else compute_dtype
+    model, processor = load_model_and_processor(recipe.model, device, path=ckpt, dtype=master)
     engine = HFEngine(model, processor)  # tokenisation through the model's own chat template
+    encoder = HFChatEncoder(processor, eos_token_ids=engine.eos_token_ids)  # no model: workers
     pad_id, image_id = engine.pad_token_id, engine.image_token_id
-    backend = Backend(model, recipe.distributed, recipe.optim, recipe.max_steps)
+    filler = filler_sequence(encoder)
+    backend = Backend(
+        model, recipe.distributed, recipe.optim, recipe.max_steps, compute_dtype=compute_dtype
+    )
     start = 0
     order_state = None
     if ckpt is not None:
@@ -164,60 +236,70 @@ def train_sft(
     else:
         rows = _load_examples(recipe)
         to_messages = example_messages_factory(recipe)
-    cache: dict[int, Sequence_] = {}
-
-    def encoded(i: int) -> Sequence_ | None:
-        if i not in cache:
-            seq = encode_conversation(engine, to_messages(rows[i]))
-            if len(seq) > recipe.sft.max_length:
-                log.warning("row %d has %d tokens > sft.max_length; skipped", i, len(seq))
-                return None
-            cache[i] = seq
-        return cache[i]
 
     order = RowOrder(len(rows), recipe.seed, recipe.data.shuffle)
     if order_state is not None:
         order.load(order_state)
     per_step = recipe.sft.batch_size * recipe.sft.grad_accum
+    sampler = StepRows(order, per_step, rank, world, start, recipe.max_steps)
+    workers = recipe.sft.num_workers
+    loader = torch.utils.data.DataLoader(
+        EncodedRows(rows, to_messages, encoder, recipe.sft.max_length),
+        batch_sampler=sampler,
+        collate_fn=_as_list,
+        num_workers=workers,
+        prefetch_factor=2 if workers else None,
+        persistent_workers=False,
+    )
     logger = MetricsLogger(out, recipe.logging, rank=rank, total=recipe.max_steps, initial=start)
     packing = recipe.sft.packing_length if recipe.sft.packing else None
+    chunk = recipe.model.logprob_chunk_tokens
     model.train()
-    for step in range(start + 1, recipe.max_steps + 1):
-        t0 = time.perf_counter()
-        picked = order.take(per_step * world)[rank * per_step : (rank + 1) * per_step]
-        seqs = [s for s in (encoded(i) for i in picked) if s is not None]
+    t0 = time.perf_counter()
+    for step, items in zip(range(start + 1, recipe.max_steps + 1), loader):
+        seqs = [s for _, s in items if s is not None]
         micro = pack_micro_batches(seqs, batch_size=recipe.sft.batch_size, packing_length=packing)
-        total = float(sum(sum(s.mask) for s in seqs)) or 1.0
+        micro = balance_micro_batches(micro, filler, world=world)
+        if not seqs:
+            log.warning("step %d had no usable rows on rank %d", step, rank)
+        local_tokens = float(sum(sum(s.mask[1:]) for s in seqs))
+        local_total = float(sum(len(s) for s in seqs))
+        global_tokens, global_total = all_reduce_sum([local_tokens, local_total])
+        norm = max(global_tokens, 1.0) / backend.grad_average_ranks
         loss_sum = 0.0
         for k, mb in enumerate(micro):
             batch = collate(mb, pad_id=pad_id, image_token_id=image_id, device=device)
-            loss, nll = sft_loss(backend.forward_module(), batch, total)
+            loss, nll = sft_loss(backend.forward_module(), batch, norm, chunk=chunk)
             backend.backward(loss, last=k == len(micro) - 1)
             loss_sum += nll
-        if not micro:  # every row was too long: keep ranks in step with a zero update
-            log.warning("step %d had no usable rows", step)
         grad_norm = backend.step()
-        metrics = all_reduce_mean(
+        (global_nll,) = all_reduce_sum([loss_sum])
+        metrics = all_reduce_mean({"time/step_s": time.perf_counter() - t0})
+        metrics.update(
             {
-                "loss": loss_sum / total,
+                "loss": global_nll / max(global_tokens, 1.0),
                 "grad_norm": grad_norm,
-                "tokens/supervised": total,
-                "tokens/total": float(sum(len(s) for s in seqs)),
-                "time/step_s": time.perf_counter() - t0,
+                "tokens/supervised": global_tokens,
+                "tokens/total": global_total,
+                "micro_batches": float(len(micro)),
             }
         )
         metrics["lr"] = backend.lr
-        metrics["epoch"] = order.epoch
+        data_state = sampler.state_after.pop(step)
+        metrics["epoch"] = data_state.get("epoch", order.epoch)
         logger.log(step, metrics, bar={"loss": metrics["loss"]})
+        if on_step is not None:
+            on_step(step, backend, metrics)
         if recipe.checkpoint.every_steps and step % recipe.checkpoint.every_steps == 0:
             save_checkpoint(
                 out,
                 step,
                 backend,
                 processor,
-                data_state=order.state(),
+                data_state=data_state,
                 keep_last=recipe.checkpoint.keep_last,
             )
+        t0 = time.perf_counter()
     logger.close()
     final = out / "final"
     if recipe.checkpoint.save_final:
