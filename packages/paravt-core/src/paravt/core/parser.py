@@ -2,10 +2,14 @@
 
 A response is `<think>...</think>`, zero or more `<tool_call>{json}</tool_call>` (or the leaked
 Python form `<tool_code>crop_video(start_time=1, end_time=9)</tool_code>`), then `<answer>...</answer>`.
+A multi-turn transcript (what verl, AReaL, OpenRLHF and TRL's tool loop hand to reward functions)
+also carries the environment's `<tool_response>...</tool_response>` blocks inline.
+
 The parser finds every structural tag with its character span, groups them into blocks, parses and
 validates each tool call, and records what was malformed. It never raises, and it is linear in the
-input: tags are found with `str.find` (no backtracking regexes), each character is visited a bounded
-number of times, and tool-call bodies are parsed once each.
+input: tags are found by one compiled regular expression without backtracking (a literal `<`, an
+alternation of fixed words, `>`), every tag is visited once, and tool-call bodies are parsed once
+each. Tool blocks (`tool_call`, `tool_code`, `tool_response`) are never answer text.
 
 Rewards, the agent runtime, training and evaluation all use this parser; nobody re-parses.
 """
@@ -14,27 +18,45 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Literal
+from functools import partial
+from operator import itemgetter
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ValidationError
 
 from paravt.core.protocol import CROP_VIDEO, CropVideoArgs, format_validation_error, parse_time_s
 
-BlockKind = Literal["think", "tool_call", "tool_code", "answer"]
-KINDS: tuple[BlockKind, ...] = ("think", "tool_call", "tool_code", "answer")
-OPEN_TAGS = {f"<{k}>": k for k in KINDS}
-CLOSE_TAGS = {f"</{k}>": k for k in KINDS}
+BlockKind = Literal["think", "tool_call", "tool_code", "tool_response", "answer"]
+KINDS: tuple[BlockKind, ...] = ("think", "tool_call", "tool_code", "tool_response", "answer")
+OPEN_TAGS: dict[str, BlockKind] = {f"<{k}>": k for k in KINDS}
+CLOSE_TAGS: dict[str, BlockKind] = {f"</{k}>": k for k in KINDS}
 STRUCTURAL_TAGS = tuple(OPEN_TAGS) + tuple(CLOSE_TAGS)
-# Written by the environment, not the model; counted, not parsed into blocks.
+# Blocks that hold a tool call or a tool's reply: never graded as the model's answer.
+TOOL_BLOCKS: frozenset[str] = frozenset({"tool_call", "tool_code", "tool_response"})
+# Written by the environment. Its body is opaque: tags inside it are text, not structure.
 TOOL_RESPONSE_TAG = "<tool_response>"
+TOOL_RESPONSE_CLOSE = "</tool_response>"
+# Every structural tag, found in one pass: a literal "<", an optional "/", one of five fixed
+# words, ">". Alternatives are literals, so matching never backtracks more than one word.
+_TAG_PATTERN = re.compile(r"</?(?:think|tool_call|tool_code|tool_response|answer)>")
+# tag -> (block kind, is an opening tag, length)
+_TAG_INFO: dict[str, tuple[BlockKind, bool, int]] = {
+    **{t: (k, True, len(t)) for t, k in OPEN_TAGS.items()},
+    **{t: (k, False, len(t)) for t, k in CLOSE_TAGS.items()},
+}
 # Positional arguments of the leaked Python form, in the order the tool declares them.
 POSITIONAL_ARGS = {CROP_VIDEO: ("start_time", "end_time", "num_frames")}
 DEFAULT_TOOLS: Mapping[str, type[BaseModel]] = {CROP_VIDEO: CropVideoArgs}
 # Tool-call bodies longer than this are not parsed (a valid call is a few hundred characters).
 MAX_CALL_CHARS = 64_000
+# Structural tags parsed per text at most. A real turn holds tens (a 3-turn transcript with five
+# calls a turn about 70); thousands are tag spam, whose rest is reported as one `too_many_tags`
+# issue instead of one block and issue per tag, so spam costs what scanning it costs.
+MAX_TAGS = 4096
 
 
 class IssueKind(str, Enum):
@@ -50,10 +72,12 @@ class IssueKind(str, Enum):
     MULTIPLE_ANSWERS = "multiple_answers"
     EMPTY_ANSWER = "empty_answer"
     CALL_AFTER_ANSWER = "call_after_answer"
+    # a <tool_response> in a single model turn: the environment writes those, never the model
+    MODEL_TOOL_RESPONSE = "model_tool_response"
+    TOO_MANY_TAGS = "too_many_tags"  # more than MAX_TAGS tags: the rest is not parsed
 
 
-@dataclass(frozen=True)
-class TagSpan:
+class TagSpan(NamedTuple):
     """One structural tag as it appears in the text: `text[start:end] == tag`."""
 
     tag: str
@@ -61,8 +85,7 @@ class TagSpan:
     end: int
 
 
-@dataclass(frozen=True)
-class Block:
+class Block(NamedTuple):
     """A tagged block. `start:end` covers the tags; `content_start:content_end` the body."""
 
     kind: BlockKind
@@ -74,17 +97,30 @@ class Block:
     content: str
 
 
-@dataclass(frozen=True)
-class Issue:
+class Issue(NamedTuple):
+    """One structural problem: its kind, a message naming it, and the span of text it covers."""
+
     kind: IssueKind
     message: str
     start: int
     end: int
 
 
-@dataclass(frozen=True)
+_ISSUE_ORDER = itemgetter(2, 3)
+# Constructors that skip the generated Python `__new__` (the parser makes one object per tag).
+_new_tag = partial(tuple.__new__, TagSpan)
+_new_block = partial(tuple.__new__, Block)
+_new_issue = partial(tuple.__new__, Issue)
+_CALL_KINDS = frozenset({"tool_call", "tool_code"})
+_json_decode = json.JSONDecoder().decode  # json.loads without its per-call argument handling
+
+
+@dataclass(slots=True)
 class ToolCall:
-    """One attempted tool call. `args` is set when the name is known and the arguments validate."""
+    """One attempted tool call. `args` is set when the name is known and the arguments validate.
+
+    Read-only by convention (not frozen: a frozen dataclass costs twice as much to build, and the
+    parser builds one per call)."""
 
     name: str | None
     arguments: dict[str, Any]
@@ -100,13 +136,15 @@ class ToolCall:
 
 @dataclass
 class ParsedResponse:
-    """Everything structural about one response."""
+    """Everything structural about one response (or one multi-turn transcript, `transcript`)."""
 
     text: str
     blocks: list[Block] = field(default_factory=list)
     tags: list[TagSpan] = field(default_factory=list)
     tool_calls: list[ToolCall] = field(default_factory=list)
     issues: list[Issue] = field(default_factory=list)
+    transcript: bool = False
+    _counts: dict[str, int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def think_blocks(self) -> list[Block]:
@@ -117,16 +155,24 @@ class ParsedResponse:
         return [b for b in self.blocks if b.kind == "answer"]
 
     @property
+    def tool_response_blocks(self) -> list[Block]:
+        return [b for b in self.blocks if b.kind == "tool_response"]
+
+    @property
     def think(self) -> str | None:
         """The text of the first think block (closed or not), stripped."""
-        blocks = self.think_blocks
-        return blocks[0].content.strip() if blocks else None
+        for b in self.blocks:
+            if b.kind == "think":
+                return b.content.strip()
+        return None
 
     @property
     def answer(self) -> str | None:
         """The body of the last *closed* answer block, stripped; None when there is none."""
-        closed = [b for b in self.answer_blocks if b.closed]
-        return closed[-1].content.strip() if closed else None
+        for b in reversed(self.blocks):
+            if b.kind == "answer" and b.closed:
+                return b.content.strip()
+        return None
 
     @property
     def valid_calls(self) -> list[ToolCall]:
@@ -138,10 +184,11 @@ class ParsedResponse:
 
     @property
     def num_tool_responses(self) -> int:
-        """How many `<tool_response>` openings the text holds. A single model turn has none; a
-        multi-turn transcript (what verl/AReaL/OpenRLHF hand to reward functions) carries the
-        environment's replies inline, and rewards need to know that a tool answered."""
-        return self.text.count(TOOL_RESPONSE_TAG)
+        """How many `<tool_response>` blocks the text holds. A single model turn has none (one
+        there is the model's own writing, reported as `model_tool_response`); a multi-turn
+        transcript carries the environment's replies inline, and rewards need to know that a tool
+        answered."""
+        return self.tag_counts_view()[TOOL_RESPONSE_TAG]
 
     def has_issue(self, kind: IssueKind) -> bool:
         return any(i.kind == kind for i in self.issues)
@@ -152,34 +199,23 @@ class ParsedResponse:
         return not self.issues
 
     def tag_counts(self) -> dict[str, int]:
-        counts = dict.fromkeys(STRUCTURAL_TAGS, 0)
-        for t in self.tags:
-            counts[t.tag] += 1
+        """How many times each structural tag occurs (a new dict; tags inside a tool response's
+        opaque body are text and not counted)."""
+        return dict(self.tag_counts_view())
+
+    def tag_counts_view(self) -> Mapping[str, int]:
+        """`tag_counts()` computed once and shared; do not modify it."""
+        counts = self._counts
+        if counts is None:
+            counts = dict.fromkeys(STRUCTURAL_TAGS, 0)
+            for t in self.tags:
+                counts[t.tag] += 1
+            self._counts = counts
         return counts
 
-
-def _find_tags(text: str) -> list[TagSpan]:
-    """Every structural tag in order, one pass over the '<' characters."""
-    out: list[TagSpan] = []
-    i = text.find("<")
-    while i != -1:
-        found = None
-        if text.startswith("</", i):
-            for tag in CLOSE_TAGS:
-                if text.startswith(tag, i):
-                    found = tag
-                    break
-        else:
-            for tag in OPEN_TAGS:
-                if text.startswith(tag, i):
-                    found = tag
-                    break
-        if found:
-            out.append(TagSpan(found, i, i + len(found)))
-            i = text.find("<", i + len(found))
-        else:
-            i = text.find("<", i + 1)
-    return out
+    def outside_spans(self) -> list[tuple[int, int]]:
+        """Character spans of the non-blank text outside every block, in order (stripped)."""
+        return [(i.start, i.end) for i in self.issues if i.kind is IssueKind.TEXT_OUTSIDE_TAGS]
 
 
 def _literal(node: ast.AST) -> Any:
@@ -230,47 +266,19 @@ class _Builder:
         self.text = text
         self.tools = tools
         self.context = context
-        self.out = ParsedResponse(text=text)
+        self.out = ParsedResponse(text, [], [], [], [])
 
     def issue(self, kind: IssueKind, message: str, start: int, end: int) -> None:
         self.out.issues.append(Issue(kind, message, start, end))
 
-    def stray_text(self, start: int, end: int) -> None:
-        chunk = self.text[start:end]
-        if chunk.strip():
-            lead = len(chunk) - len(chunk.lstrip())
-            trail = len(chunk.rstrip())
-            preview = chunk.strip()[:40]
-            self.issue(
-                IssueKind.TEXT_OUTSIDE_TAGS,
-                f"text outside tags: {preview!r}",
-                start + lead,
-                start + trail,
-            )
-
-    def close_block(
-        self,
-        kind: BlockKind,
-        start: int,
-        content_start: int,
-        content_end: int,
-        end: int,
-        closed: bool,
-    ) -> None:
-        block = Block(
-            kind,
-            start,
-            end,
-            content_start,
-            content_end,
-            closed,
-            self.text[content_start:content_end],
+    def model_tool_response(self, block: Block) -> None:
+        self.issue(
+            IssueKind.MODEL_TOOL_RESPONSE,
+            "<tool_response> written in a model turn: tool responses come from the environment; "
+            "it is not a tool result and never the answer",
+            block.start,
+            block.end,
         )
-        self.out.blocks.append(block)
-        if not closed:
-            self.issue(IssueKind.UNCLOSED_TAG, f"<{kind}> is never closed", start, content_end)
-        if kind in ("tool_call", "tool_code"):
-            self.tool_call(block)
 
     def tool_call(self, block: Block) -> None:
         source: Literal["tool_call", "tool_code"] = (
@@ -283,7 +291,10 @@ class _Builder:
             self.out.tool_calls.append(ToolCall(None, {}, block, source, error="empty tool call"))
             return
         if len(body) > MAX_CALL_CHARS:
-            msg = f"tool call body of {len(body)} characters is too long to be a call"
+            msg = (
+                f"tool call body of {len(body)} characters is too long to be a call "
+                f"(at most {MAX_CALL_CHARS})"
+            )
             self.issue(IssueKind.INVALID_CALL, msg, *span)
             self.out.tool_calls.append(ToolCall(None, {}, block, source, error=msg))
             return
@@ -292,7 +303,7 @@ class _Builder:
         try:
             if block.kind == "tool_call":
                 try:
-                    obj = json.loads(body)
+                    obj = _json_decode(body)
                 except (ValueError, RecursionError) as exc:
                     msg = f"tool call is not valid JSON: {exc}"
                     self.issue(IssueKind.INVALID_JSON, msg, *span)
@@ -303,7 +314,7 @@ class _Builder:
                 name = obj.get("name")
                 arguments = obj.get("arguments", obj.get("parameters", {}))
                 if isinstance(arguments, str):  # OpenAI style: arguments as a JSON string
-                    arguments = json.loads(arguments) if arguments.strip() else {}
+                    arguments = _json_decode(arguments) if arguments.strip() else {}
             else:
                 name, positional, arguments = _parse_python_call(body)
                 order = POSITIONAL_ARGS.get(name, ())
@@ -348,80 +359,180 @@ def parse_response(
     *,
     tools: Mapping[str, type[BaseModel]] | None = None,
     max_num_frames: int | None = None,
+    transcript: bool = False,
 ) -> ParsedResponse:
-    """Parse one model response. Never raises; linear time in `len(text)`.
+    """Parse one model response (or, with `transcript=True`, a multi-turn transcript). Never
+    raises; linear time in `len(text)`.
 
     `tools` maps tool names to their argument models (default: `crop_video` -> `CropVideoArgs`);
-    `max_num_frames` bounds `num_frames` of crop calls (default 16).
+    `max_num_frames` bounds `num_frames` of crop calls (default 16; a larger request is clamped
+    and the clamp is stated in `CropVideoArgs.clamps`).
 
     Rules: a block is opened by its tag and closed by the matching closing tag. An opening tag of a
     *different* kind inside an open block closes that block implicitly (recorded as `unclosed_tag`);
     one of the *same* kind is `nested_tag` and ignored. A closing tag with no open block is
     `unexpected_close`. Non-blank text outside blocks is `text_outside_tags`. `answer` is the last
-    closed answer block; more than one answer block is `multiple_answers`.
+    closed answer block; more than one answer block is `multiple_answers`. After `MAX_TAGS` tags the
+    rest of the text is one `too_many_tags` issue and is not parsed. A `<tool_response>` body is
+    opaque (tags inside it are text) up to its `</tool_response>`; in a single model turn
+    (`transcript=False`) every tool response is `model_tool_response`, since only the environment
+    writes them.
     """
-    if not isinstance(text, str):
+    if type(text) is not str:
         text = str(text)
     context = {"max_num_frames": max_num_frames} if max_num_frames else {}
     b = _Builder(text, DEFAULT_TOOLS if tools is None else tools, context)
-    tags = _find_tags(text)
-    b.out.tags = tags
-    open_kind: BlockKind | None = None
+    out = b.out
+    if transcript:
+        out.transcript = True
+    tags: list[TagSpan] = out.tags
+    blocks: list[Block] = out.blocks
+    issues: list[Issue] = out.issues
+    add_tag, add_block, add_issue = tags.append, blocks.append, issues.append
+    info = _TAG_INFO
+    open_kind: str | None = None
     open_start = content_start = 0
     cursor = 0  # end of the last consumed structure, for text-outside-tags detection
-    for tag in tags:
-        if tag.tag in OPEN_TAGS:
-            kind = OPEN_TAGS[tag.tag]
+    skip_to = -1  # inside a tool response: tags before its closing tag are text
+    stop = len(text)  # where parsing stopped (before the tag after the first MAX_TAGS)
+    budget = MAX_TAGS
+    for m in _TAG_PATTERN.finditer(text):
+        start = m.start()
+        if start < skip_to:
+            continue
+        budget -= 1
+        if budget < 0:
+            stop = start
+            add_issue(
+                _new_issue(
+                    (
+                        IssueKind.TOO_MANY_TAGS,
+                        f"more than {MAX_TAGS} structural tags: tag spam; the "
+                        f"{len(text) - start} characters from offset {start} on are not parsed",
+                        start,
+                        len(text),
+                    )
+                )
+            )
+            break
+        tag = m.group()
+        kind, opening, length = info[tag]
+        end = start + length
+        add_tag(_new_tag((tag, start, end)))
+        if opening:
             if open_kind is None:
-                b.stray_text(cursor, tag.start)
+                if start > cursor:
+                    _stray(text, cursor, start, issues)
             elif open_kind == kind:
-                b.issue(IssueKind.NESTED_TAG, f"{tag.tag} inside <{kind}>", tag.start, tag.end)
+                add_issue(_new_issue((IssueKind.NESTED_TAG, f"{tag} inside <{kind}>", start, end)))
                 continue
             else:  # a different block starts: the open one was never closed
-                b.close_block(open_kind, open_start, content_start, tag.start, tag.start, False)
-            open_kind, open_start, content_start = kind, tag.start, tag.end
-        else:
-            kind = CLOSE_TAGS[tag.tag]
-            if open_kind == kind:
-                b.close_block(kind, open_start, content_start, tag.start, tag.end, True)
-                open_kind = None
-                cursor = tag.end
-            else:
-                where = f" inside <{open_kind}>" if open_kind else ""
-                b.issue(
-                    IssueKind.UNEXPECTED_CLOSE,
-                    f"{tag.tag} without a matching <{kind}>{where}",
-                    tag.start,
-                    tag.end,
+                block = _new_block(
+                    (open_kind, open_start, start, content_start, start, False,
+                     text[content_start:start])
+                )  # fmt: skip
+                add_block(block)
+                add_issue(
+                    _new_issue(
+                        (
+                            IssueKind.UNCLOSED_TAG,
+                            f"<{open_kind}> is never closed",
+                            open_start,
+                            start,
+                        )
+                    )
                 )
-                if open_kind is None:
-                    b.stray_text(cursor, tag.start)
-                    cursor = tag.end
-    if open_kind is not None:
-        b.close_block(open_kind, open_start, content_start, len(text), len(text), False)
-    else:
-        b.stray_text(cursor, len(text))
-
-    answers = b.out.answer_blocks
-    if len(answers) > 1:
-        b.issue(
-            IssueKind.MULTIPLE_ANSWERS,
-            f"{len(answers)} answer blocks; the last closed one is used",
-            answers[1].start,
-            answers[-1].end,
-        )
-    for blk in answers:
-        if blk.closed and not blk.content.strip():
-            b.issue(IssueKind.EMPTY_ANSWER, "empty <answer>", blk.start, blk.end)
-    if answers and b.out.tool_calls:
-        first_answer = answers[0].start
-        late = [c for c in b.out.tool_calls if c.block.start > first_answer]
-        if late:
-            b.issue(
-                IssueKind.CALL_AFTER_ANSWER,
-                f"{len(late)} tool call(s) after the answer",
-                late[0].block.start,
-                late[-1].block.end,
+                if open_kind in _CALL_KINDS:
+                    b.tool_call(block)
+                elif open_kind == "tool_response" and not transcript:
+                    b.model_tool_response(block)
+            open_kind, open_start, content_start = kind, start, end
+            if kind == "tool_response":
+                close = text.find(TOOL_RESPONSE_CLOSE, end)
+                skip_to = close if close != -1 else len(text) + 1
+        elif open_kind == kind:
+            block = _new_block(
+                (kind, open_start, end, content_start, start, True, text[content_start:start])
             )
-    b.out.issues.sort(key=lambda i: (i.start, i.end))
-    return b.out
+            add_block(block)
+            if kind in _CALL_KINDS:
+                b.tool_call(block)
+            elif kind == "tool_response" and not transcript:
+                b.model_tool_response(block)
+            open_kind = None
+            cursor = end
+        else:
+            where = f" inside <{open_kind}>" if open_kind else ""
+            add_issue(
+                _new_issue(
+                    (
+                        IssueKind.UNEXPECTED_CLOSE,
+                        f"{tag} without a matching <{kind}>{where}",
+                        start,
+                        end,
+                    )
+                )
+            )
+            if open_kind is None:
+                if start > cursor:
+                    _stray(text, cursor, start, issues)
+                cursor = end
+    if open_kind is not None:
+        block = _new_block(
+            (open_kind, open_start, stop, content_start, stop, False, text[content_start:stop])
+        )
+        add_block(block)
+        add_issue(
+            _new_issue((IssueKind.UNCLOSED_TAG, f"<{open_kind}> is never closed", open_start, stop))
+        )
+        if open_kind in _CALL_KINDS:
+            b.tool_call(block)
+        elif open_kind == "tool_response" and not transcript:
+            b.model_tool_response(block)
+    elif stop > cursor:
+        _stray(text, cursor, stop, issues)
+
+    answers = [blk for blk in blocks if blk.kind == "answer"] if "<answer>" in text else None
+    if answers:
+        if len(answers) > 1:
+            b.issue(
+                IssueKind.MULTIPLE_ANSWERS,
+                f"{len(answers)} answer blocks; the last closed one is used",
+                answers[1].start,
+                answers[-1].end,
+            )
+        for blk in answers:
+            if blk.closed and not blk.content.strip():
+                b.issue(IssueKind.EMPTY_ANSWER, "empty <answer>", blk.start, blk.end)
+        if out.tool_calls:
+            first_answer = answers[0].start
+            late = [c for c in out.tool_calls if c.block.start > first_answer]
+            if late:
+                b.issue(
+                    IssueKind.CALL_AFTER_ANSWER,
+                    f"{len(late)} tool call(s) after the answer",
+                    late[0].block.start,
+                    late[-1].block.end,
+                )
+    if len(issues) > 1:
+        issues.sort(key=_ISSUE_ORDER)
+    return out
+
+
+def _stray(text: str, start: int, end: int, issues: list[Issue]) -> None:
+    """Record `text[start:end]` as text outside tags unless it is blank (span stripped)."""
+    chunk = text[start:end]
+    if chunk.isspace():
+        return
+    stripped = chunk.strip()
+    lead = chunk.find(stripped[0])
+    issues.append(
+        _new_issue(
+            (
+                IssueKind.TEXT_OUTSIDE_TAGS,
+                f"text outside tags: {stripped[:40]!r}",
+                start + lead,
+                start + lead + len(stripped),
+            )
+        )
+    )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import string
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,6 +20,7 @@ Options = Sequence[str] | Mapping[str, str] | None
 
 _ARTICLES = re.compile(r"\b(?:a|an|the)\b")
 _PUNCT = str.maketrans("", "", string.punctuation)
+_PUNCT_BYTES = string.punctuation.encode()
 _TIME_TOKEN = re.compile(r"\d+(?::\d+){0,2}(?:\.\d+)?")
 
 
@@ -44,9 +44,12 @@ def as_text(value: Any) -> str:
 
 def normalize_text(text: str) -> str:
     """Lowercase, drop English articles and ASCII punctuation, collapse whitespace."""
-    text = _cut(text).lower()
-    text = _ARTICLES.sub(" ", text)
-    return " ".join(text.translate(_PUNCT).split())
+    text = _ARTICLES.sub(" ", _cut(text).lower())
+    if text.isascii():  # bytes.translate deletes characters ~3x faster than str.translate
+        text = text.encode().translate(None, _PUNCT_BYTES).decode()
+    else:
+        text = text.translate(_PUNCT)
+    return " ".join(text.split())
 
 
 def exact_match(prediction: str, ground_truth: str) -> float:
@@ -61,10 +64,24 @@ def token_f1(prediction: str, ground_truth: str) -> float:
     The reference counts the overlap as a *set*, which under-credits repeated words; the multiset
     form is the standard definition.
     """
-    pred, gold = normalize_text(prediction).split(), normalize_text(ground_truth).split()
+    return token_f1_normalized(normalize_text(prediction), normalize_text(ground_truth))
+
+
+def token_f1_normalized(prediction: str, ground_truth: str) -> float:
+    """`token_f1` of two texts that are already `normalize_text`-ed."""
+    pred, gold = prediction.split(), ground_truth.split()
     if not pred or not gold:
         return 0.0
-    common = sum((Counter(pred) & Counter(gold)).values())
+    # multiset intersection size with plain dicts (collections.Counter costs more here)
+    remaining: dict[str, int] = {}
+    for word in gold:
+        remaining[word] = remaining.get(word, 0) + 1
+    common = 0
+    for word in pred:
+        left = remaining.get(word)
+        if left:
+            common += 1
+            remaining[word] = left - 1
     if common == 0:
         return 0.0
     precision, recall = common / len(pred), common / len(gold)
@@ -181,10 +198,14 @@ def parse_window(text: str) -> tuple[float, float] | None:
     """
     times: list[float] = []
     for m in _TIME_TOKEN.finditer(_cut(text)):
-        try:
-            times.append(parse_time_s(m.group(0)))
-        except ValueError:
-            continue
+        token = m.group(0)
+        if ":" not in token:  # digits with an optional fraction: plain, finite, non-negative
+            times.append(float(token))
+        else:
+            try:
+                times.append(parse_time_s(token))
+            except ValueError:
+                continue
         if len(times) == 2:
             break
     if len(times) < 2:

@@ -6,14 +6,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from paravt.core import Episode, ParsedResponse, parse_response
+from paravt.core import Episode, IssueKind, ParsedResponse, parse_response
 from paravt.rewards.accuracy import (
     Options,
     as_text,
-    exact_match,
     mcq_accuracy,
+    normalize_text,
     temporal_iou,
     token_f1,
+    token_f1_normalized,
 )
 from paravt.rewards.anchoring import anchor_token_rewards, shift_offsets
 from paravt.rewards.config import AccuracyMode, RewardConfig
@@ -84,8 +85,12 @@ def _accuracy(
 ) -> tuple[float, JudgeOutcome | None]:
     if not answer or not ground_truth.strip():
         return 0.0, None
-    if (config.exact_match_shortcut or mode == "exact") and exact_match(answer, ground_truth):
-        return 1.0, None
+    # normalised once: the exact-match shortcut and token F1 share it
+    norm_answer = norm_truth = None
+    if config.exact_match_shortcut or mode in ("exact", "f1"):
+        norm_answer, norm_truth = normalize_text(answer), normalize_text(ground_truth)
+        if norm_answer and norm_answer == norm_truth:
+            return 1.0, None
     if mode == "mcq":
         return mcq_accuracy(answer, ground_truth, options, config.mcq_letters), None
     if mode == "temporal_iou":
@@ -103,7 +108,9 @@ def _accuracy(
             flags.append("judge_unavailable")  # graded by token F1 instead, never silently 0
             return token_f1(answer, ground_truth), "unavailable"
         return result.score, result.outcome
-    return token_f1(answer, ground_truth), None
+    if norm_answer is None or norm_truth is None:
+        return token_f1(answer, ground_truth), None
+    return token_f1_normalized(norm_answer, norm_truth), None
 
 
 def _compose(
@@ -123,27 +130,38 @@ def _compose(
 ) -> RewardBreakdown:
     flags: list[str] = []
     mode = config.accuracy_mode(question_type)
-    breakdown = RewardBreakdown(total=0.0, answer=answer, accuracy_mode=mode, flags=flags)
-    breakdown.call_attempts, breakdown.invalid_calls, breakdown.tool_responses = (
-        attempts,
-        invalid,
-        responses,
+    breakdown = RewardBreakdown(
+        0.0,
+        answer=answer,
+        accuracy_mode=mode,
+        flags=flags,
+        call_attempts=attempts,
+        invalid_calls=invalid,
+        tool_responses=responses,
     )
-    degenerate = degenerate_reason(
-        fmt_parsed.text,
-        guard=config.degenerate_guard,
-        spam_min_tokens=config.chat_spam_min_tokens,
-        spam_max_chars=config.chat_spam_max_chars,
-        repetition=config.repetition_guard,
-        repetition_min_chars=config.repetition_min_chars,
-    )
-    if degenerate is not None:
-        breakdown.degenerate = degenerate
-        flags.append(degenerate)
-        return breakdown
+    text = fmt_parsed.text
+    if config.degenerate_guard or config.repetition_guard:
+        degenerate = degenerate_reason(
+            text,
+            guard=config.degenerate_guard,
+            spam_min_tokens=config.chat_spam_min_tokens,
+            spam_max_chars=config.chat_spam_max_chars,
+            repetition=config.repetition_guard,
+            repetition_min_chars=config.repetition_min_chars,
+        )
+        if degenerate is not None:
+            breakdown.degenerate = degenerate
+            flags.append(degenerate)
+            return breakdown
+    for issue in fmt_parsed.issues:
+        if issue.kind is IssueKind.MODEL_TOOL_RESPONSE:
+            if "model_tool_response" not in flags:
+                flags.append("model_tool_response")  # the model wrote a tool response itself
+        elif issue.kind is IssueKind.TOO_MANY_TAGS:
+            flags.append("too_many_tags")
     acc, breakdown.judge = _accuracy(
         answer,
-        as_text(ground_truth),
+        ground_truth if type(ground_truth) is str else as_text(ground_truth),
         mode,
         config,
         options=options,
@@ -170,15 +188,16 @@ def _compose(
         + config.tool_weight * tool
         - config.gamma * penalty
     )
-    # rounded so that 0.2 + 0.5 + 0.1 logs as 0.8 (the terms are sums of tenths)
-    breakdown.accuracy, breakdown.format = _r(acc), _r(fmt)
-    breakdown.base_format, breakdown.anchor = _r(terms.base), _r(anchor)
-    breakdown.tool, breakdown.penalty, breakdown.total = _r(tool), _r(penalty), _r(total)
+    # rounded so that 0.2 + 0.5 + 0.1 logs as 0.8 (the terms are sums of tenths); 0 and 1 are
+    # common and exact, and round() is not free at 30k scores a second
+    breakdown.accuracy = acc if acc == 0.0 or acc == 1.0 else round(acc, 10)
+    breakdown.format = round(fmt, 10) if fmt else 0.0
+    breakdown.base_format = round(terms.base, 10) if terms.base else 0.0
+    breakdown.anchor = round(anchor, 10) if anchor else 0.0
+    breakdown.tool = round(tool, 10) if tool else 0.0
+    breakdown.penalty = round(penalty, 10) if penalty else 0.0
+    breakdown.total = round(total, 10) if total else 0.0
     return breakdown
-
-
-def _r(x: float) -> float:
-    return round(x, 10)
 
 
 def score(
@@ -200,16 +219,28 @@ def score(
     mapped to an accuracy mode by `config.accuracy_modes`), the config (default: PARA-GRPO).
     `options` lets an MCQ answer name an option by its text; `question` feeds the LLM judge;
     `token_offsets` (one character span per completion token) adds the token-level anchoring
-    vector `token_rewards`; `tool_responses` overrides the count of `<tool_response>` blocks found
-    in the text (a single model turn has none: pass how many tool responses came back).
+    vector `token_rewards`.
+
+    Tool responses: with `tool_responses=None` the completion is read as a multi-turn transcript
+    (what verl, AReaL, OpenRLHF and TRL's tool loop pass) and its `<tool_response>` blocks are the
+    environment's replies, counted as tool responses. With `tool_responses=N` (a single model
+    turn: pass how many tool responses came back) any `<tool_response>` block in the text was
+    written by the model: it is flagged `model_tool_response` and earns nothing. Either way no
+    tool block (`tool_call`, `tool_code`, `tool_response`) is ever graded as the answer.
     Out: a `RewardBreakdown`. Never raises on model output.
     """
     config = config or _DEFAULT
     prefix = config.completion_prefix
+    transcript = tool_responses is None
     if isinstance(completion, ParsedResponse):
-        parsed = parse_response(prefix + completion.text) if prefix else completion
+        parsed = (
+            parse_response(prefix + completion.text, transcript=completion.transcript)
+            if prefix
+            else completion
+        )
     else:
-        parsed = parse_response(prefix + (completion if isinstance(completion, str) else ""))
+        text = completion if isinstance(completion, str) else ""
+        parsed = parse_response(prefix + text if prefix else text, transcript=transcript)
     responses = parsed.num_tool_responses if tool_responses is None else max(0, tool_responses)
     invalid, attempts = invalid_calls(parsed, config.max_calls_per_turn)
     out = _compose(

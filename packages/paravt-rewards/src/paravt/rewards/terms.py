@@ -6,6 +6,7 @@ numbers. The weights restate the reference recipe (see the package README for th
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -35,19 +36,27 @@ def strip_chat_tokens(text: str) -> str:
 
 def substantive_think(parsed: ParsedResponse, min_chars: int = 10) -> bool:
     """The first think block (closed or not) holds at least `min_chars` characters of text."""
-    blocks = parsed.think_blocks
-    if not blocks:
-        return False
-    content = blocks[0].content
-    cut = content.find("<|im_end|>")  # an unclosed think ends where the chat turn ends
-    if cut != -1:
-        content = content[:cut]
-    return len(content.strip()) >= min_chars
+    for block in parsed.blocks:
+        if block.kind == "think":
+            content = block.content
+            cut = content.find("<|im_end|>")  # an unclosed think ends where the chat turn ends
+            if cut != -1:
+                content = content[:cut]
+            return len(content.strip()) >= min_chars
+    return False
 
 
 def nonempty_answer(parsed: ParsedResponse) -> bool:
     """Some answer block is closed and has a non-blank body."""
-    return any(b.closed and b.content.strip() for b in parsed.answer_blocks)
+    for block in parsed.blocks:
+        if (
+            block.kind == "answer"
+            and block.closed
+            and not block.content.isspace()
+            and block.content
+        ):
+            return True
+    return False
 
 
 def parseable_call(parsed: ParsedResponse) -> bool:
@@ -57,14 +66,19 @@ def parseable_call(parsed: ParsedResponse) -> bool:
 
 def think_before_tool(parsed: ParsedResponse) -> bool:
     """The first `<think>` tag comes before the first tool-call tag."""
-    think = next((t.start for t in parsed.tags if t.tag == "<think>"), None)
-    tool = next((t.start for t in parsed.tags if t.tag in TOOL_OPEN), None)
-    return think is not None and tool is not None and think < tool
+    for tag in parsed.tags:
+        name = tag.tag
+        if name == "<think>":
+            counts = parsed.tag_counts_view()
+            return counts["<tool_call>"] + counts["<tool_code>"] > 0
+        if name in TOOL_OPEN:
+            return False
+    return False
 
 
 def tags_balanced(parsed: ParsedResponse) -> bool:
     """Every opening tag count equals its closing tag count (think, tool_call, tool_code, answer)."""
-    counts = parsed.tag_counts()
+    counts = parsed.tag_counts_view()
     return all(counts[o] == counts[c] for o, c in PAIRS)
 
 
@@ -98,12 +112,17 @@ def format_terms(
     think_w, open_w, close_w = (0.2, 0.3, 0.2) if answer_suffix else (0.3, 0.2, 0.1)
     think = substantive_think(parsed, min_chars=min_think_chars)
     answer = nonempty_answer(parsed)
-    order = think and parseable_call(parsed) and think_before_tool(parsed)
+    order = think and think_before_tool(parsed) and parseable_call(parsed)
     base = think_w * think + (open_w + close_w) * answer + think_before_tool_bonus * order
-    balanced = tags_balanced(parsed)
+    counts = parsed.tag_counts_view()
+    balanced = (
+        counts["<think>"] == counts["</think>"]
+        and counts["<answer>"] == counts["</answer>"]
+        and counts["<tool_call>"] == counts["</tool_call>"]
+        and counts["<tool_code>"] == counts["</tool_code>"]
+    )
     if base > 0 and balanced:
         base += balanced_tags_bonus
-    counts = parsed.tag_counts()
     closed_think = counts["</think>"] > 0
     anchor = 0.0
     if closed_think and think:
@@ -188,22 +207,31 @@ def degenerate_reason(
 
 def stray_texts(parsed: ParsedResponse) -> Iterable[str]:
     """Text outside every tag, in order, as the parser reported it."""
-    for issue in parsed.issues:
-        if issue.kind == IssueKind.TEXT_OUTSIDE_TAGS:
-            yield parsed.text[issue.start : issue.end]
+    text = parsed.text
+    for start, end in parsed.outside_spans():
+        yield text[start:end]
+
+
+# A closing tag of a tool block right after outside text means the text is that block's body
+# with its opening tag lost (`a red square</tool_response>`): it is not the model's answer either.
+_TOOL_CLOSE_AFTER = re.compile(r"\s*</tool_(?:call|code|response)>")
 
 
 def answer_text(parsed: ParsedResponse, fallback: bool = True) -> str | None:
     """The graded answer: the last closed `<answer>` body; with `fallback`, else the last text
-    outside any tag (chat tokens removed). None when there is nothing to grade."""
+    outside any tag (chat tokens removed). Tool blocks (`tool_call`, `tool_code`,
+    `tool_response`) are never the answer: their bodies are blocks, not outside text, and text
+    that ends at a stray closing tool tag is skipped. None when there is nothing to grade."""
     answer = parsed.answer
     if answer:
         return answer
     if not fallback or answer is not None:  # an explicit empty answer is not replaced
         return None
-    last = None
-    for chunk in stray_texts(parsed):
-        chunk = strip_chat_tokens(chunk).strip()
+    text = parsed.text
+    for start, end in reversed(parsed.outside_spans()):
+        if _TOOL_CLOSE_AFTER.match(text, end):
+            continue
+        chunk = strip_chat_tokens(text[start:end]).strip()
         if chunk:
-            last = chunk
-    return last
+            return chunk
+    return None
