@@ -1,0 +1,305 @@
+"""Rollout throughput: lockstep vs asynchronous episodes on a simulated continuously batching server.
+
+One trainer step of the 8B recipes: 7 prompts x 8 rollouts = 56 episodes, up to 3 turns, up to 5
+`crop_video` calls per turn, one sub-agent per successful call, through `paravt.core.run_episodes`
+with `schedule="lockstep"` (every turn waits for the slowest generation of the batch) and
+`schedule="async"` (each episode moves on its own). Same seeds, so both schedules see exactly the
+same generation lengths, call counts and decode times.
+
+The simulated server (NOT measured on a GPU; assumptions stated in ASSUMPTIONS and in the JSON):
+a request takes prefill + n_tokens x t_token, with t_token = 15 ms + 0.15 ms per request open at
+its start (continuous batching slows each sequence a little as the batch grows; ~25 ms/token at 64
+open requests, the order of Qwen3-VL-8B bf16 on one H100 under SGLang). Main-turn lengths are
+lognormal (median 350 tokens, sigma 0.8, 20..2048: a long tail that hits the recipe's
+max_new_tokens), sub-agent lengths lognormal (median 120, sigma 0.6, 10..512), crop decodes
+lognormal (median 0.6 s, sigma 0.5). All times are scaled by TIME_SCALE (1/50) so a run takes
+seconds; the ratio does not depend on the scale.
+
+Writes bench/results/rollout.json and prints a table (with the load average).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import platform
+import random
+import statistics
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from paravt.core import (
+    AgentConfig,
+    AgentTask,
+    CropVideoArgs,
+    Frame,
+    SamplingParams,
+    ToolOutput,
+    Trajectory,
+    build_main_prompt,
+    run_episodes,
+)
+from paravt.core.runtime import Generated
+from paravt.core.testing import END_OF_TURN, ScriptedEngine, StaticToolbox
+
+RESULTS = Path(__file__).parent / "results" / "rollout.json"
+PROMPTS, GROUP, MAX_TURNS, MAX_CALLS = 7, 8, 3, 5
+TIME_SCALE = 1 / 50
+SEEDS = (0, 1, 2)
+ASSUMPTIONS = {
+    "episodes_per_step": PROMPTS * GROUP,
+    "max_turns": MAX_TURNS,
+    "max_calls_per_turn": MAX_CALLS,
+    "t_token_s": "0.015 + 0.00015 * open_requests (per sequence, continuous batching)",
+    "prefill_s": {"main": 0.2, "subagent": 0.1},
+    "main_tokens": "lognormal(median 350, sigma 0.8 headline; 0.5 and 1.1 as spread variants) "
+    "clipped to 20..2048",
+    "subagent_tokens": "lognormal(median 120, sigma 0.6) clipped to 10..512",
+    "calls_per_tool_turn": {"0": 0.15, "1": 0.15, "2": 0.25, "3": 0.2, "4": 0.15, "5": 0.1},
+    "crop_decode_s": "lognormal(median 0.6, sigma 0.5) per turn's calls",
+    "time_scale": TIME_SCALE,
+    "server": "simulated in-process (asyncio), not a real SGLang server",
+}
+
+
+def _lognormal(rng: random.Random, median: float, sigma: float, lo: float, hi: float) -> float:
+    return min(max(median * math.exp(rng.gauss(0.0, sigma)), lo), hi)
+
+
+def _call(i: int) -> str:
+    args = {"start_time": 10 * i, "end_time": 10 * i + 8}
+    return "<tool_call>" + json.dumps({"name": "crop_video", "arguments": args}) + "</tool_call>"
+
+
+@dataclass
+class Plan:
+    """What one (episode, turn) or sub-agent does, drawn once per seed; `sigma` is the spread of
+    main-turn lengths (lognormal)."""
+
+    seed: int
+    sigma: float = 0.8
+
+    def rng(self, *key: object) -> random.Random:
+        return random.Random(zlib.crc32(repr((self.seed, *key)).encode()))
+
+    def main_turn(self, episode: str, turn: int) -> tuple[str, int]:
+        rng = self.rng("main", episode, turn)
+        n = int(_lognormal(rng, 350, self.sigma, 20, 2048))
+        calls = 0
+        if turn < MAX_TURNS:
+            weights = [float(w) for w in ASSUMPTIONS["calls_per_tool_turn"].values()]  # type: ignore[union-attr]
+            calls = rng.choices(range(MAX_CALLS + 1), weights)[0]
+        body = "".join(_call(i) for i in range(calls)) if calls else "<answer>A</answer>"
+        pad = max(n - len(body) - len("</think>") - 1, 1)
+        return "x" * pad + "</think>" + body + END_OF_TURN, n
+
+    def subagent(self, episode: str, turn: int, call: int) -> str:
+        n = int(_lognormal(self.rng("sub", episode, turn, call), 120, 0.6, 10, 512))
+        return "<answer>" + "s" * max(n - 18, 1) + "</answer>" + END_OF_TURN
+
+    def decode_s(self, episode: str, turn: int) -> float:
+        return _lognormal(self.rng("decode", episode, turn), 0.6, 0.5, 0.05, 10.0)
+
+
+def _episode_of(traj: Trajectory) -> str:
+    return traj.messages[1].text.split("Q=")[-1].split()[0]
+
+
+@dataclass
+class SimServer(ScriptedEngine):
+    """A continuously batching server: every trajectory of a call runs concurrently, each takes
+    prefill + n x t_token; a call returns when its last trajectory finishes. Tokenizes like
+    `ScriptedEngine` (one token per character)."""
+
+    plan: Plan = field(default_factory=lambda: Plan(0))
+    continuous_batching: bool = True
+    open_requests: int = 0
+    requests: int = 0
+    tokens: int = 0
+    calls: list[int] = field(default_factory=list)
+
+    async def _one(self, traj: Trajectory) -> Generated:
+        episode = _episode_of(traj)
+        if traj.role == "main":
+            turn = 1 + sum(1 for m in traj.messages if m.role == "assistant")
+            text, _ = self.plan.main_turn(episode, turn)
+            prefill = 0.2
+        else:
+            text = self.plan.subagent(episode, traj.turn or 0, traj.call_index or 0)
+            prefill = 0.1
+        self.open_requests += 1
+        t_token = 0.015 + 0.00015 * self.open_requests
+        try:
+            await asyncio.sleep((prefill + len(text) * t_token) * TIME_SCALE)
+        finally:
+            self.open_requests -= 1
+        ids = [ord(c) for c in text]
+        self.requests += 1
+        self.tokens += len(ids)
+        return Generated(text, ids, [-0.5] * len(ids), "stop")
+
+    async def generate(
+        self, trajectories: Sequence[Trajectory], sampling: SamplingParams
+    ) -> list[Generated]:
+        self.calls.append(len(trajectories))
+        return list(await asyncio.gather(*(self._one(t) for t in trajectories)))
+
+
+@dataclass
+class SimToolbox(StaticToolbox):
+    """`StaticToolbox` whose decodes take the plan's time."""
+
+    plan: Plan | None = None
+    episode: str = ""
+
+    async def execute(self, calls: Sequence[CropVideoArgs]) -> list[ToolOutput]:
+        assert self.plan is not None
+        turn = len(self.calls) + 1
+        await asyncio.sleep(self.plan.decode_s(self.episode, turn) * TIME_SCALE)
+        return await super().execute(calls)
+
+
+def critical_path_s(plan: Plan) -> float:
+    """The slowest episode's own chain (its generations at one open request, its decodes, its
+    slowest sub-agent per turn), unscaled: no schedule can finish the step sooner."""
+    t_token = 0.015 + 0.00015
+    worst = 0.0
+    for p in range(PROMPTS):
+        for g in range(GROUP):
+            key, total = f"p{p}g{g}", 0.0
+            for turn in range(1, MAX_TURNS + 1):
+                text, _ = plan.main_turn(key, turn)
+                total += 0.2 + len(text) * t_token
+                calls = text.count("<tool_call>")
+                if not calls:
+                    break
+                total += plan.decode_s(key, turn)
+                total += max(0.1 + len(plan.subagent(key, turn, i)) * t_token for i in range(calls))
+            worst = max(worst, total)
+    return worst
+
+
+def tasks(plan: Plan) -> list[AgentTask]:
+    out = []
+    for p in range(PROMPTS):
+        for g in range(GROUP):
+            key = f"p{p}g{g}"
+            question = f"Q={key} what happens?"
+            msgs = build_main_prompt(question, [Frame("ov", 5.0)], duration_s=60.0)
+            box = SimToolbox(duration_s=60.0, plan=plan, episode=key)
+            out.append(AgentTask(key, msgs, box, question))
+    return out
+
+
+def one_run(schedule: str, seed: int, sigma: float) -> dict[str, float]:
+    plan = Plan(seed, sigma)
+    server = SimServer(lambda t: "", plan=plan)
+    config = AgentConfig(
+        max_turns=MAX_TURNS,
+        max_parallel=MAX_CALLS,
+        schedule=schedule,  # type: ignore[arg-type]
+        sampling=SamplingParams(max_new_tokens=4096),
+        subagent_sampling=SamplingParams(max_new_tokens=1024),
+    )
+    t0 = time.perf_counter()
+    episodes = asyncio.run(run_episodes(tasks(plan), server, config))
+    wall = time.perf_counter() - t0
+    return {
+        "wall_s": wall,
+        "episodes_per_s": len(episodes) / wall,
+        "episodes_per_s_unscaled": len(episodes) / (wall / TIME_SCALE),
+        "requests": server.requests,
+        "engine_calls": len(server.calls),
+        "generated_tokens": server.tokens,
+        "subagents": sum(len(e.subagents) for e in episodes),
+        "tool_calls": sum(e.num_tool_calls for e in episodes),
+        "critical_path_s_unscaled": critical_path_s(plan),
+    }
+
+
+SPREADS = {"headline (sigma 0.8)": 0.8, "narrow (sigma 0.5)": 0.5, "wide (sigma 1.1)": 1.1}
+
+
+def measure(sigma: float) -> dict[str, object]:
+    """Both schedules over SEEDS at one spread of main-turn lengths."""
+    runs: dict[str, list[dict[str, float]]] = {"lockstep": [], "async": []}
+    for seed in SEEDS:
+        for schedule in runs:
+            runs[schedule].append(one_run(schedule, seed, sigma))
+    for a, b in zip(runs["lockstep"], runs["async"]):  # same work on both sides
+        assert a["generated_tokens"] == b["generated_tokens"] and a["subagents"] == b["subagents"]
+    ratios = [
+        b["episodes_per_s"] / a["episodes_per_s"] for a, b in zip(runs["lockstep"], runs["async"])
+    ]
+    summary = {
+        s: {
+            "episodes_per_s_mean": statistics.mean(r["episodes_per_s"] for r in rs),
+            "episodes_per_s_unscaled_mean": statistics.mean(
+                r["episodes_per_s_unscaled"] for r in rs
+            ),
+            "step_s_unscaled_mean": statistics.mean(r["wall_s"] / TIME_SCALE for r in rs),
+        }
+        for s, rs in runs.items()
+    }
+    return {
+        "sigma_main_tokens": sigma,
+        "runs": runs,
+        "summary": summary,
+        "critical_path_s_unscaled_mean": statistics.mean(
+            r["critical_path_s_unscaled"] for r in runs["async"]
+        ),
+        "ratio_async_over_lockstep": {
+            "per_seed": ratios,
+            "mean": statistics.mean(ratios),
+            "min": min(ratios),
+        },
+    }
+
+
+def main() -> None:
+    load_start = os.getloadavg()
+    spreads = {name: measure(sigma) for name, sigma in SPREADS.items()}
+    headline = next(iter(spreads.values()))
+    result = {
+        "benchmark": "rollout",
+        "what": "episodes per second of one 8B-recipe trainer step (7 prompts x 8 rollouts) on a "
+        "simulated continuously batching server: lockstep vs asynchronous episodes",
+        "assumptions": ASSUMPTIONS,
+        "seeds": list(SEEDS),
+        "headline": next(iter(spreads)),
+        "ratio_async_over_lockstep": headline["ratio_async_over_lockstep"],
+        "spreads": spreads,
+        "goal": "async >= 2x lockstep",
+        "load_average_start": load_start,
+        "load_average_end": os.getloadavg(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"rollout: {PROMPTS}x{GROUP} episodes per step, simulated server, time x{TIME_SCALE:g}")
+    print(
+        f"{'main-turn length spread':<24}{'lockstep step s':>16}{'async step s':>14}"
+        f"{'bound s':>9}{'async/lockstep':>16}"
+    )
+    for name, m in spreads.items():
+        summ, ratio = m["summary"], m["ratio_async_over_lockstep"]  # type: ignore[index]
+        print(
+            f"{name:<24}{summ['lockstep']['step_s_unscaled_mean']:>16.1f}"  # type: ignore[index]
+            f"{summ['async']['step_s_unscaled_mean']:>14.1f}"  # type: ignore[index]
+            f"{m['critical_path_s_unscaled_mean']:>9.1f}"
+            f"{ratio['mean']:>10.2f}x (min {ratio['min']:.2f})"  # type: ignore[index]
+        )
+    print("(unscaled seconds; bound = the slowest episode's own chain, no schedule beats it)")
+    print(f"load average start {load_start}, end {os.getloadavg()} ({os.cpu_count()} CPUs)")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
