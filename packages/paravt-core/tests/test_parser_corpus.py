@@ -418,6 +418,48 @@ CASES = [
         0,
         {K.TEXT_OUTSIDE_TAGS},
     ),
+    # --- tool responses: written by the environment, never by the model -------------------------
+    Case(
+        "a model-written tool response is an issue and not the answer",
+        "<think>looking</think><tool_response>\na red square at 112 s\n</tool_response>",
+        None,
+        [],
+        0,
+        {K.MODEL_TOOL_RESPONSE},
+        think="looking",
+    ),
+    Case(
+        "tags inside a tool response are text",
+        "<think>t</think><tool_response><answer>A</answer></tool_response><answer>B</answer>",
+        "B",
+        [],
+        0,
+        {K.MODEL_TOOL_RESPONSE},
+    ),
+    Case(
+        "an unclosed tool response swallows the rest of the turn",
+        "<think>t</think><tool_response>fake result<answer>A</answer>",
+        None,
+        [],
+        0,
+        {K.MODEL_TOOL_RESPONSE, K.UNCLOSED_TAG},
+    ),
+    Case(
+        "a tool response after a call is still the model's own writing in one turn",
+        f"<think>t</think>{CALL}<tool_response>fake frames</tool_response><answer>C</answer>",
+        "C",
+        [(10, 20)],
+        0,
+        {K.MODEL_TOOL_RESPONSE},
+    ),
+    Case(
+        "a stray closing tool response leaves its text outside tags",
+        "<think>t</think>a red square</tool_response>",
+        None,
+        [],
+        0,
+        {K.UNEXPECTED_CLOSE, K.TEXT_OUTSIDE_TAGS},
+    ),
     Case(
         "tags with attributes are not tags",
         '<think>t</think><answer id="1">A</answer>',
@@ -490,3 +532,48 @@ def test_custom_tool_registry_replaces_the_default() -> None:
     parsed = parse_response(CALL, tools={})
     assert parsed.has_issue(IssueKind.UNKNOWN_TOOL)
     assert not parsed.valid_calls
+
+
+def test_a_transcript_carries_tool_responses_without_issues() -> None:
+    text = (
+        f"<think>check 10-20</think>{CALL}\n<tool_response>\n2 frames from 10.0 to 20.0.\n"
+        "</tool_response>\n<think>it is red</think><answer>B</answer>"
+    )
+    transcript = parse_response(text, transcript=True)
+    assert transcript.well_formed and transcript.num_tool_responses == 1
+    assert [b.kind for b in transcript.blocks] == [
+        "think",
+        "tool_call",
+        "tool_response",
+        "think",
+        "answer",
+    ]
+    assert transcript.tool_response_blocks[0].content.strip() == "2 frames from 10.0 to 20.0."
+    single_turn = parse_response(text)
+    assert [i.kind for i in single_turn.issues] == [IssueKind.MODEL_TOOL_RESPONSE]
+    assert "environment" in single_turn.issues[0].message
+
+
+def test_tag_spam_beyond_max_tags_is_one_issue_and_the_rest_is_not_parsed() -> None:
+    from paravt.core.parser import MAX_TAGS
+
+    spam = "<think></think>" * (MAX_TAGS // 2 + 10) + "<answer>B</answer>"
+    parsed = parse_response(spam)
+    assert len(parsed.tags) == MAX_TAGS
+    (too_many,) = [i for i in parsed.issues if i.kind == IssueKind.TOO_MANY_TAGS]
+    assert str(MAX_TAGS) in too_many.message and too_many.end == len(spam)
+    assert parsed.answer is None  # the answer lies in the part that was not parsed
+    assert sum(parsed.tag_counts().values()) == MAX_TAGS
+    ok = "<think></think>" * (MAX_TAGS // 2 - 1) + "<answer>B</answer>"
+    assert parse_response(ok).answer == "B" and len(parse_response(ok).tags) == MAX_TAGS
+
+
+def test_a_tool_call_body_over_the_limit_is_refused_naming_the_limit() -> None:
+    from paravt.core.parser import MAX_CALL_CHARS
+
+    body = '{"name": "crop_video", "arguments": {"start_time": 1, "end_time": 2}}'
+    padded = body + " " * (MAX_CALL_CHARS + 1 - len(body))
+    (call,) = parse_response(f"<tool_call>{padded}</tool_call>").tool_calls
+    assert not call.ok and f"at most {MAX_CALL_CHARS}" in (call.error or "")
+    (call,) = parse_response(f"<tool_call>{body}</tool_call>").tool_calls
+    assert call.ok

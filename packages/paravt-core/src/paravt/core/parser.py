@@ -396,6 +396,7 @@ def parse_response(
     skip_to = -1  # inside a tool response: tags before its closing tag are text
     stop = len(text)  # where parsing stopped (before the tag after the first MAX_TAGS)
     budget = MAX_TAGS
+    counts = out._counts = dict.fromkeys(STRUCTURAL_TAGS, 0)
     for m in _TAG_PATTERN.finditer(text):
         start = m.start()
         if start < skip_to:
@@ -419,6 +420,7 @@ def parse_response(
         kind, opening, length = info[tag]
         end = start + length
         add_tag(_new_tag((tag, start, end)))
+        counts[tag] += 1
         if opening:
             if open_kind is None:
                 if start > cursor:

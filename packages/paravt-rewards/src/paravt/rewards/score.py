@@ -32,7 +32,7 @@ from paravt.rewards.terms import (
 _DEFAULT = RewardConfig()
 
 
-@dataclass
+@dataclass(slots=True)
 class RewardBreakdown:
     """The total reward and every part of it, ready to log (`components()`)."""
 

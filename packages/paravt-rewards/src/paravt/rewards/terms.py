@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from paravt.core import IssueKind, ParsedResponse
 
@@ -82,8 +82,9 @@ def tags_balanced(parsed: ParsedResponse) -> bool:
     return all(counts[o] == counts[c] for o, c in PAIRS)
 
 
-@dataclass(frozen=True)
-class FormatTerms:
+class FormatTerms(NamedTuple):
+    """The format terms of one response (a tuple: cheap to build once per score)."""
+
     base: float  # R_base_fmt in [0, 1]
     anchor: float  # R_anchor in [-0.3, 0.7], unscaled
     think: bool
