@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from importlib import metadata
 from typing import Any
 
 from paravt.rewards.accuracy import as_text
@@ -78,46 +81,70 @@ def sample_from(answer: Any = None, **fields: Any) -> Sample:
     )
 
 
-def completion_text(completion: Any) -> str:
-    """Plain text of a completion: a string, or chat messages (`[{"role", "content"}, ...]`,
-    content a string or a list of `{"type": "text", "text": ...}` parts). Tool messages are
-    rendered inside `<tool_response>` so a tool answer is visible to the reward."""
+@dataclass(frozen=True)
+class Completion:
+    """What the model wrote, and how many tool responses the environment gave back in between.
+
+    `tool_responses` is None for plain text (the parser counts `<tool_response>` blocks in it);
+    for chat messages it is the number of `tool`-role messages, which are never part of `text`.
+    """
+
+    text: str
+    tool_responses: int | None = None
+
+
+def _message_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+    return ""
+
+
+def split_completion(completion: Any) -> Completion:
+    """The model's own text of a completion, and the count of environment tool responses.
+
+    A completion is a string, or chat messages (`[{"role", "content"}, ...]`, content a string or
+    a list of `{"type": "text", "text": ...}` parts). From messages, the assistant turns are
+    joined with newlines (the transcript the model wrote) and `tool`-role messages are counted,
+    not copied: the environment wrote them, so they are never graded as the answer nor parsed as
+    model-written tags (TRL's tool-calling loop hands reward functions such completions).
+    """
     if isinstance(completion, str):
-        return completion
+        return Completion(completion)
     if isinstance(completion, Mapping):
         completion = [completion]
     if not isinstance(completion, Sequence):
-        return "" if completion is None else str(completion)
+        return Completion("" if completion is None else str(completion))
     parts: list[str] = []
+    tool_messages = 0
     for message in completion:
         if not isinstance(message, Mapping):
             parts.append(str(message))
-            continue
-        content = message.get("content")
-        if isinstance(content, str):
-            text = content
-        elif isinstance(content, Sequence):
-            text = "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
-        else:
-            text = ""
-        if message.get("role") == "tool":
-            text = f"<tool_response>{text}</tool_response>"
-        parts.append(text)
-    return "\n".join(parts)
+        elif message.get("role") == "tool":
+            tool_messages += 1
+        elif message.get("role") in (None, "assistant"):
+            parts.append(_message_text(message.get("content")))
+    return Completion("\n".join(parts), tool_messages)
 
 
-_SCORERS: dict[int, tuple[RewardConfig, Callable[[str, Sample], RewardBreakdown]]] = {}
+def completion_text(completion: Any) -> str:
+    """The model's own text of a completion (see `split_completion`; tool messages left out)."""
+    return split_completion(completion).text
+
+
+_SCORERS: dict[int, tuple[RewardConfig, Callable[[str, Sample, int | None], RewardBreakdown]]] = {}
 _CONFIGS: dict[str, RewardConfig] = {}
 
 
-def _scorer(config: RewardConfig) -> Callable[[str, Sample], RewardBreakdown]:
+def _scorer(config: RewardConfig) -> Callable[[str, Sample, int | None], RewardBreakdown]:
     entry = _SCORERS.get(id(config))
     if entry is None or entry[0] is not config:
         if len(_SCORERS) > 64:
             _SCORERS.clear()
 
         @lru_cache(maxsize=4096)
-        def run(text: str, sample: Sample) -> RewardBreakdown:
+        def run(text: str, sample: Sample, tool_responses: int | None) -> RewardBreakdown:
             return score(
                 text,
                 sample.answer,
@@ -125,15 +152,22 @@ def _scorer(config: RewardConfig) -> Callable[[str, Sample], RewardBreakdown]:
                 config,
                 options=sample.options,
                 question=sample.question,
+                tool_responses=tool_responses,
             )
 
         entry = _SCORERS[id(config)] = (config, run)
     return entry[1]
 
 
-def cached_score(config: RewardConfig, text: str, sample: Sample) -> RewardBreakdown:
-    """`score` memoised per config, so several per-component callables score each completion once."""
-    return _scorer(config)(text, sample)
+def cached_score(
+    config: RewardConfig, completion: str | Completion, sample: Sample
+) -> RewardBreakdown:
+    """`score` memoised per config, so several per-component callables score each completion once.
+
+    A `Completion` passes its tool-response count on to `score(..., tool_responses=)`."""
+    if isinstance(completion, Completion):
+        return _scorer(config)(completion.text, sample, completion.tool_responses)
+    return _scorer(config)(completion, sample, None)
 
 
 def resolve_config(config: RewardConfig | Mapping[str, Any] | str | None) -> RewardConfig:
@@ -167,4 +201,49 @@ def require_sequence_anchoring(config: RewardConfig, framework: str) -> None:
         raise ValueError(
             f"{framework} reward functions return one scalar per completion; use "
             "RewardConfig(anchoring='sequence') here and token-level anchoring in the trainer"
+        )
+
+
+class FrameworkVersionWarning(UserWarning):
+    """The installed RL framework is outside the range its adapter was tested with."""
+
+
+# Inclusive (lowest, highest) versions each adapter was run against through the framework's own
+# calling code (`nox -s integrations`); widen a range only together with that session's pins.
+TESTED_VERSIONS: dict[str, tuple[str, str]] = {
+    "trl": ("1.16.0", "1.16.0"),
+    "verl": ("0.9.1", "0.9.1"),
+    "openrlhf": ("0.11.2", "0.11.2"),
+    "areal": ("1.0.4", "1.0.4"),
+}
+_CHECKED: set[str] = set()
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The leading release numbers of a version string: '0.9.1.dev0' -> (0, 9, 1)."""
+    match = re.match(r"\d+(?:\.\d+)*", version.strip().lstrip("v"))
+    return tuple(int(x) for x in match.group(0).split(".")) if match else ()
+
+
+def check_framework_version(framework: str) -> None:
+    """Warn once per process when `framework` is installed at a version outside
+    `TESTED_VERSIONS[framework]` (a `FrameworkVersionWarning` naming the tested range). Silent when
+    the framework is not installed (the adapters are plain functions, callable without it)."""
+    if framework in _CHECKED:
+        return
+    _CHECKED.add(framework)
+    low, high = TESTED_VERSIONS[framework]
+    try:
+        installed = metadata.version(framework)
+    except metadata.PackageNotFoundError:
+        return
+    got = _release(installed)
+    if not got or not (_release(low) <= got[: len(_release(high))] <= _release(high)):
+        tested = low if low == high else f"{low} to {high}"
+        warnings.warn(
+            f"paravt.rewards.integrations: {framework} {installed} is installed, but this adapter "
+            f"was tested with {framework} {tested} only; its calling convention may have changed. "
+            f"Check the {framework} section of the paravt-rewards README, or pin {framework}=={high}.",
+            FrameworkVersionWarning,
+            stacklevel=3,
         )

@@ -2,7 +2,9 @@
 
 TRL calls `fn(prompts=..., completions=..., completion_ids=..., **columns)` where every extra
 dataset column arrives as a list (one entry per completion), plus `trainer_state`, `log_extra`
-and `log_metric`. Completions are strings or chat messages.
+and `log_metric`. Completions are strings or chat messages; from messages only the assistant turns
+are scored, and `tool`-role messages (the environment's answers in TRL's tool-calling loop) count
+as tool responses, never as answer text (`common.split_completion`).
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from typing import Any
 from paravt.rewards.config import RewardConfig
 from paravt.rewards.integrations.common import (
     cached_score,
-    completion_text,
+    check_framework_version,
     require_sequence_anchoring,
     resolve_config,
     sample_from,
+    split_completion,
 )
 from paravt.rewards.score import RewardBreakdown
 
@@ -39,7 +42,7 @@ def _score_batch(
     config: RewardConfig, completions: list[Any], kwargs: Mapping[str, Any]
 ) -> list[RewardBreakdown]:
     return [
-        cached_score(config, completion_text(c), sample_from(**_row(kwargs, i)))
+        cached_score(config, split_completion(c), sample_from(**_row(kwargs, i)))
         for i, c in enumerate(completions)
     ]
 
@@ -57,6 +60,7 @@ def trl_reward_funcs(
     question type from `question_type` (or extra_info). When TRL passes `log_metric`, the total
     function also logs the mean of every component and the count of judge outages.
     """
+    check_framework_version("trl")
     cfg = resolve_config(config)
     require_sequence_anchoring(cfg, "TRL")
 
