@@ -1,5 +1,13 @@
-"""SFT and RL steps under torchrun with FSDP2 (2 CPU ranks, gloo) and single-process DeepSpeed
-ZeRO-2; an FSDP2 checkpoint loads and resumes in one process."""
+"""The CPU rehearsal of the 8-GPU trainers: torchrun with 2 ranks, FSDP2 on gloo, unequal work per
+rank (rehearsal_driver.py), and single-process DeepSpeed ZeRO-2; an FSDP2 checkpoint loads and
+resumes in one process.
+
+What the rehearsal proves (within a 60 s collective timeout and a 280 s wall bound): no hang with
+rank-dependent micro-batch and sub-agent counts (a rank with no usable SFT row included); the same
+weights on every rank after every step; SFT weights, losses and gradient norms equal to one
+process training on the same rows; RL advantages normalised over the global batch and the loss
+normalised by the global trained-token count. What it cannot prove: anything about CUDA devices
+(see test_device_placement.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +21,8 @@ from pathlib import Path
 import pytest
 
 DRIVER = Path(__file__).parent / "dist_driver.py"
+REHEARSAL = Path(__file__).parent / "rehearsal_driver.py"
+REHEARSAL_BOUND_S = 280
 
 
 def _env(tmp: Path) -> dict[str, str]:
@@ -38,28 +48,76 @@ def _check_run(out: Path) -> None:
         assert (out / stage / "final" / "model.safetensors").is_file()
 
 
+def run_rehearsal(model: Path, out: Path) -> subprocess.CompletedProcess[bytes]:
+    """torchrun 2 ranks of the rehearsal, then the one-process SFT reference; raises
+    subprocess.TimeoutExpired past the bound (a hang)."""
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    cmd = [torchrun, "--nproc_per_node", "2", str(REHEARSAL), str(model), str(out)]
+    done = subprocess.run(cmd, env=_env(out), capture_output=True, timeout=REHEARSAL_BOUND_S)
+    if done.returncode == 0:
+        ref = [sys.executable, str(REHEARSAL), str(model), str(out), "--sft-reference"]
+        done = subprocess.run(ref, env=_env(out), capture_output=True, timeout=120)
+    return done
+
+
+def _per_rank(out: Path, stage: str) -> list[list[dict]]:  # type: ignore[type-arg]
+    ranks = [_steps(out / f"{stage}-rank{r}.jsonl") for r in (0, 1)]
+    assert [len(r) for r in ranks] == [3, 3], stage
+    return ranks
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
 @pytest.mark.slow
-def test_sft_and_rl_steps_run_under_torchrun_with_fsdp2_and_the_checkpoint_loads_in_one_process(
+def test_the_two_rank_rehearsal_runs_unequal_work_in_step_and_normalises_globally(
     tiny_model_path: Path, tmp_path: Path
 ) -> None:
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
-    cmd = [
-        torchrun,
-        "--nproc_per_node",
-        "2",
-        str(DRIVER),
-        str(tiny_model_path),
-        str(tmp_path),
-        "fsdp2",
-    ]
-    done = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, timeout=900)
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    _check_run(tmp_path)
-    rl = tmp_path / "rl" / "checkpoints" / "step-000002"
-    assert {p.name for p in rl.glob("rng-rank*.pt")} == {"rng-rank0.pt", "rng-rank1.pt"}
+    done = run_rehearsal(tiny_model_path, tmp_path)
+    assert done.returncode == 0, done.stderr.decode()[-4000:]
 
-    # One process: the sharded run's checkpoint loads as a plain HF model, and its optimiser and
-    # scheduler state load into a single-process backend.
+    # SFT: equal micro-batch counts per step (3/0, 1/2, 3/2 rows padded to the maximum); the
+    # same weights on both ranks after every step
+    r0, r1 = _per_rank(tmp_path, "sft")
+    assert [r["micro_batches"] for r in r0] == [3, 2, 3]
+    assert [r["micro_batches"] for r in r1] == [3, 2, 3]
+    for a, b in zip(r0, r1):
+        assert a["checksum"] == b["checksum"], a["step"]
+    # ... and what one process training on the same 6 rows per step computes
+    ref = _steps(tmp_path / "sft-reference-rank0.jsonl")
+    base = _steps(tmp_path / "sft-reference-rank0.jsonl")[0]["weight_sum"]
+    for a, b in zip(r0, ref):
+        assert a["tokens"] == b["tokens"]
+        assert _rel(a["loss"], b["loss"]) < 1e-4, (a, b)
+        assert _rel(a["grad_norm"], b["grad_norm"]) < 1e-3, (a, b)
+    assert _rel(r0[-1]["weight_sum"] - base, ref[-1]["weight_sum"] - base) < 1e-2
+
+    # RL: rank 0 trains sub-agents, rank 1 has none; same weights and replica on both ranks
+    q0, q1 = _per_rank(tmp_path, "rl")
+    assert sum(r["subagents"] for r in q0) > 0 and sum(r["subagents"] for r in q1) == 0
+    for a, b in zip(q0, q1):
+        assert a["checksum"] == b["checksum"] and a["replica_checksum"] == b["replica_checksum"]
+    # advantages: one process's group advantages over both ranks' rewards, in rank order
+    from paravt.rewards import AdvantageConfig, group_advantages
+
+    config = AdvantageConfig(reward_scaling=10.0, reward_bias=-0.2, batch_norm=True)
+    differs = False
+    for a, b in zip(q0, q1):
+        want = group_advantages(a["rewards"] + b["rewards"], 2, config=config)
+        got = a["advantages"] + b["advantages"]
+        assert got == pytest.approx(want, abs=1e-9), a["step"]
+        per_rank = group_advantages(a["rewards"], 2, config=config) + group_advantages(
+            b["rewards"], 2, config=config
+        )
+        differs |= per_rank != pytest.approx(want, abs=1e-6)
+        # the token-mean normaliser counts both ranks' trained tokens
+        assert a["normaliser"] == b["normaliser"] == a["trained_tokens"] + b["trained_tokens"]
+    assert differs, "no step where per-rank and global normalisation differ: the check is void"
+    rows = _steps(tmp_path / "rl" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+
+    # the FSDP2 checkpoint loads as a plain HF model with its optimiser in one process
     import torch
     from transformers import AutoModelForImageTextToText
 
@@ -67,6 +125,8 @@ def test_sft_and_rl_steps_run_under_torchrun_with_fsdp2_and_the_checkpoint_loads
     from paravt.train.distributed import Backend
     from paravt.train.recipe import load_recipe
 
+    rl = tmp_path / "rl" / "checkpoints" / "step-000002"
+    assert {p.name for p in rl.glob("rng-rank*.pt")} == {"rng-rank0.pt", "rng-rank1.pt"}
     model = AutoModelForImageTextToText.from_pretrained(rl)
     assert all(torch.isfinite(p).all() for p in model.parameters())
     recipe = load_recipe("tiny_paragrpo", [f"model.path={rl}", f"output_dir={tmp_path / 'one'}"])

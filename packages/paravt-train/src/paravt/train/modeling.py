@@ -92,6 +92,9 @@ class Sequence_:
     media: list[Any] = field(default_factory=list)
     old_logprobs: list[float] | None = None
     advantages: list[float] | None = None  # per token (a scalar advantage broadcast)
+    # filled by the RL trainer's log-prob pass: proximal (policy before the step) and reference
+    prox_logprobs: list[float] | None = None
+    ref_logprobs: list[float] | None = None
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -108,6 +111,8 @@ def collate(
     mask = torch.zeros((n, width), dtype=torch.float32)
     old = torch.zeros((n, width), dtype=torch.float32)
     adv = torch.zeros((n, width), dtype=torch.float32)
+    prox = torch.zeros((n, width), dtype=torch.float32)
+    ref = torch.zeros((n, width), dtype=torch.float32)
     chunks: list[Any] = []
     for i, s in enumerate(seqs):
         L = len(s)
@@ -118,6 +123,10 @@ def collate(
             old[i, :L] = torch.tensor(s.old_logprobs, dtype=torch.float32)
         if s.advantages is not None:
             adv[i, :L] = torch.tensor(s.advantages, dtype=torch.float32)
+        if s.prox_logprobs is not None:
+            prox[i, :L] = torch.tensor(s.prox_logprobs, dtype=torch.float32)
+        if s.ref_logprobs is not None:
+            ref[i, :L] = torch.tensor(s.ref_logprobs, dtype=torch.float32)
         chunks.extend(s.media)
     batch: dict[str, Any] = {
         "input_ids": ids.to(device),
@@ -125,6 +134,8 @@ def collate(
         "mask": mask.to(device),
         "old_logprobs": old.to(device),
         "advantages": adv.to(device),
+        "prox_logprobs": prox.to(device),
+        "ref_logprobs": ref.to(device),
     }
     if chunks:
         batch["pixel_values"] = torch.cat([c.pixel_values for c in chunks]).to(device)

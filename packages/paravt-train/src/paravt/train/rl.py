@@ -34,14 +34,23 @@ from paravt.train.checkpoint import (
     save_checkpoint,
     truncate_metrics,
 )
-from paravt.train.distributed import Backend, all_reduce_mean, init_distributed
-from paravt.train.losses import ppo_loss, step_normaliser
+from paravt.train.distributed import (
+    Backend,
+    all_gather_floats,
+    all_reduce_mean,
+    init_distributed,
+    shard_like_policy,
+)
+from paravt.train.losses import kl_reward_to_go, ppo_loss, step_normaliser
 from paravt.train.metrics import MetricsLogger, RowOrder
 from paravt.train.modeling import (
     Sequence_,
+    balance_micro_batches,
     collate,
+    filler_sequence,
     load_model_and_processor,
     pick_device,
+    pick_dtype,
     token_logprobs,
 )
 from paravt.train.recipe import RLRecipe
@@ -142,7 +151,7 @@ def rollout(
 
 def score_rollouts(ro: Rollouts, reward_config: Any, recipe: RLRecipe) -> None:
     """Rewards (paravt-rewards) and group-normalised advantages, in place."""
-    from paravt.rewards import AdvantageConfig, group_advantages, score_episode
+    from paravt.rewards import AdvantageConfig, score_episode
 
     for ep, ex in zip(ro.episodes, ro.examples):
         options = ex.extra_info.get("options") if isinstance(ex.extra_info, dict) else None
@@ -163,8 +172,26 @@ def score_rollouts(ro: Rollouts, reward_config: Any, recipe: RLRecipe) -> None:
         reward_bias=a.reward_bias,
         batch_norm=a.batch_norm,
     )
-    totals = [r.total for r in ro.rewards]
-    ro.advantages = group_advantages(totals, recipe.rollout.group_size, config=config)
+    ro.advantages = global_group_advantages(
+        [r.total for r in ro.rewards], recipe.rollout.group_size, config
+    )
+
+
+def global_group_advantages(totals: list[float], group_size: int, config: Any) -> list[float]:
+    """This rank's advantages, normalised over the global batch (collective).
+
+    Every rank holds whole groups, so the rewards of all ranks in rank order are the step's
+    batch as one process would hold it: group statistics are unchanged, and batch normalisation
+    (`advantage.batch_norm`) uses the mean and std over all ranks' episodes, as the reference's
+    global-batch normalisation does."""
+    from paravt.rewards import group_advantages
+
+    gathered = all_gather_floats(totals)
+    everything = [x for rank_totals in gathered for x in rank_totals]
+    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+    offset = sum(len(g) for g in gathered[:rank])
+    advantages = group_advantages(everything, group_size, config=config)
+    return advantages[offset : offset + len(totals)]
 
 
 def _turn_offsets(engine: Any, ids: Sequence[int], prefix: str) -> list[tuple[int, int]]:
@@ -254,6 +281,68 @@ def episode_metrics(ro: Rollouts) -> dict[str, float]:
     return out
 
 
+def _micro_batches(
+    seqs: list[Sequence_], size: int, filler: Sequence_ | None, world: int
+) -> list[list[Sequence_]]:
+    """`size` trajectories per micro-batch, balanced over ranks (`balance_micro_batches`)."""
+    mbs = [seqs[i : i + size] for i in range(0, len(seqs), size)]
+    if filler is None:
+        return mbs
+    return balance_micro_batches(mbs, filler, world=world)
+
+
+def logprob_pass(
+    backend: Backend,
+    ref_model: Any,
+    mbs: list[list[Sequence_]],
+    recipe: RLRecipe,
+    *,
+    pad_id: int,
+    image_id: int,
+    device: torch.device,
+) -> None:
+    """Before the update, without gradients: the proximal log-probs (the policy as it is now,
+    for the decoupled loss) and the reference's (for the KL), stored on each sequence at its
+    trained positions. Forward passes on sharded models are collectives: every rank runs the
+    same (balanced) micro-batches."""
+    loss_cfg = recipe.loss
+    temperature = recipe.rollout.temperature or 1.0
+    chunk = recipe.model.logprob_chunk_tokens
+    need_ref = ref_model is not None and loss_cfg.kl_coef > 0
+    if not (loss_cfg.decoupled or need_ref):
+        return
+    module = backend.forward_module()
+    with torch.no_grad():
+        for mb in mbs:
+            batch = collate(mb, pad_id=pad_id, image_token_id=image_id, device=device)
+            mask = batch["mask"]
+            prox = ref = None
+            if loss_cfg.decoupled:
+                prox = token_logprobs(
+                    module, batch, temperature=temperature, mask=mask, chunk=chunk
+                )
+            if need_ref:
+                ref = token_logprobs(
+                    ref_model, batch, temperature=temperature, mask=mask, chunk=chunk
+                )
+            for i, s in enumerate(mb):
+                n = len(s)
+                if prox is not None:
+                    s.prox_logprobs = prox[i, :n].cpu().tolist()
+                if ref is not None:
+                    s.ref_logprobs = ref[i, :n].cpu().tolist()
+
+
+def add_kl_reward(seqs: list[Sequence_], kl_coef: float) -> None:
+    """`loss.kl_form=k1_reward`: each trained token's advantage gets the KL return
+    (`losses.kl_reward_to_go` of behaviour vs reference log-probs), in place."""
+    for s in seqs:
+        if s.ref_logprobs is None or s.old_logprobs is None or s.advantages is None:
+            continue
+        kl = kl_reward_to_go(s.old_logprobs, s.ref_logprobs, s.mask, kl_coef)
+        s.advantages = [a + k for a, k in zip(s.advantages, kl)]
+
+
 def update(
     backend: Backend,
     ref_model: Any,
@@ -263,38 +352,54 @@ def update(
     pad_id: int,
     image_id: int,
     device: torch.device,
+    filler: Sequence_ | None = None,
 ) -> dict[str, float]:
-    """One optimiser step over `seqs` (micro-batched, gradients accumulated); loss metrics."""
+    """One optimiser step over `seqs` (micro-batched, gradients accumulated); loss metrics.
+
+    In train mode (gradient checkpointing active). Every rank runs the same number of
+    micro-batches (`filler` pads; required under torchrun), and the loss is normalised over the
+    whole step on all ranks, so the gradient is that of one process holding every rank's
+    trajectories. Order: log-prob pass (proximal / reference), KL reward (k1_reward), update.
+    """
+    from paravt.train.distributed import all_reduce_sum
+
     loss_cfg = recipe.loss
     temperature = recipe.rollout.temperature or 1.0
-    norm = step_normaliser(loss_cfg.aggregation, [s.mask for s in seqs])
-    mbs = [
-        seqs[i : i + loss_cfg.micro_batch_size]
-        for i in range(0, len(seqs), loss_cfg.micro_batch_size)
-    ]
-    sums = {"pg": 0.0, "kl": 0.0, "clip_fraction": 0.0, "ratio": 0.0, "tokens": 0.0}
+    chunk = recipe.model.logprob_chunk_tokens
+    world = backend.world_size
+    mbs = _micro_batches(seqs, loss_cfg.micro_batch_size, filler, world)
+    backend.model.train()
+    t0 = time.perf_counter()
+    logprob_pass(backend, ref_model, mbs, recipe, pad_id=pad_id, image_id=image_id, device=device)
+    t_logprob = time.perf_counter() - t0
+    kl_in_reward = loss_cfg.kl_form == "k1_reward" and ref_model is not None
+    if kl_in_reward and loss_cfg.kl_coef > 0:
+        add_kl_reward(seqs, loss_cfg.kl_coef)
+    (global_norm,) = all_reduce_sum([step_normaliser(loss_cfg.aggregation, [s.mask for s in seqs])])
+    norm = max(global_norm, 1.0) / backend.grad_average_ranks
+    sums = {k: 0.0 for k in ("pg", "kl", "clip_fraction", "ratio", "tokens", "behav", "masked")}
     loss_total = 0.0
     module = backend.forward_module()
+    use_ref = ref_model is not None and loss_cfg.kl_coef > 0
     for k, mb in enumerate(mbs):
         batch = collate(mb, pad_id=pad_id, image_token_id=image_id, device=device)
         mask = batch["mask"].clone()
         mask[:, 0] = 0.0  # the first token has no prediction
-        ref_lp = None
-        if ref_model is not None and loss_cfg.kl_coef > 0:
-            with torch.no_grad():
-                ref_lp = token_logprobs(ref_model, batch, temperature=temperature)
-        lp = token_logprobs(module, batch, temperature=temperature)
+        lp = token_logprobs(module, batch, temperature=temperature, mask=mask, chunk=chunk)
         parts = ppo_loss(
             lp,
             batch["old_logprobs"],
             batch["advantages"],
             mask,
-            ref_logp=ref_lp,
+            ref_logp=batch["ref_logprobs"] if use_ref else None,
             clip_eps=loss_cfg.clip_eps,
             clip_eps_high=loss_cfg.clip_eps_high,
             kl_coef=loss_cfg.kl_coef,
             aggregation=loss_cfg.aggregation,
             norm=norm,
+            prox_logp=batch["prox_logprobs"] if loss_cfg.decoupled else None,
+            behav_imp_weight_cap=loss_cfg.behav_imp_weight_cap,
+            kl_form=loss_cfg.kl_form,
         )
         backend.backward(parts.loss, last=k == len(mbs) - 1)
         loss_total += float(parts.loss.detach())
@@ -303,18 +408,25 @@ def update(
         sums["kl"] += parts.kl * w
         sums["clip_fraction"] += parts.clip_fraction * w
         sums["ratio"] += parts.ratio_mean * w
+        sums["behav"] += parts.behav_weight_mean * w
+        sums["masked"] += parts.behav_masked_fraction * w
         sums["tokens"] += w
     grad_norm = backend.step()
     tok = sums["tokens"] or 1.0
     return {
         "loss": loss_total,
         "loss/pg": sums["pg"] / tok,
+        "loss/normaliser": global_norm,
         "kl": sums["kl"] / tok,
         "clip_fraction": sums["clip_fraction"] / tok,
         "ratio_mean": sums["ratio"] / tok,
+        "behav_weight_mean": sums["behav"] / tok,
+        "behav_masked_fraction": sums["masked"] / tok,
         "grad_norm": grad_norm,
         "tokens/trained": sums["tokens"],
         "trajectories/trained": float(len(seqs)),
+        "micro_batches": float(len(mbs)),
+        "time/logprob_s": t_logprob,
     }
 
 
@@ -325,11 +437,21 @@ def update(
 class PolicyEngine:
     """The rollout engine of a run and how it follows the policy's weights.
 
+    The seam for other engines: `_build` makes the engine, `sync` pushes weights after each
+    optimiser step through `_push(bucket)`.
+
     - hf, one process or DeepSpeed ZeRO-2: `HFEngine` holding the policy module itself (shared
       weights: every optimiser step is seen by the next rollout; nothing to sync);
-    - hf under FSDP2 / ZeRO-3: `HFEngine` on an unsharded replica refreshed after each step;
-    - sglang: `paravt.core.engines.sglang.SGLangEngine`, weights pushed after each step.
+    - hf under FSDP2 / ZeRO-3: `HFEngine` on an unsharded inference replica (generation cannot
+      run on the sharded module: ranks generate different numbers of tokens), refreshed bucket by
+      bucket after each step;
+    - sglang: `paravt.core.engines.sglang.SGLangEngine`, weights pushed bucket by bucket.
+
+    Weights travel as `Backend.iter_full_state` buckets: gathered one tensor at a time, at most
+    `WEIGHT_BUCKET_BYTES` at once, never the whole model gathered on one GPU.
     """
+
+    WEIGHT_BUCKET_BYTES = 256 << 20
 
     def __init__(
         self,
@@ -342,34 +464,48 @@ class PolicyEngine:
         self.kind = recipe.rollout.engine
         self.backend = backend
         self.replica: Any = None
+        self.engine = self._build(recipe, processor, model_path, device)
+
+    def _build(
+        self, recipe: RLRecipe, processor: Any, model_path: Any, device: torch.device
+    ) -> Any:
         if self.kind == "sglang":
             from paravt.core.engines.sglang import SGLangEngine
 
             # GPU only, written against SGLang's documented offline-engine API; untested here.
-            self.engine = SGLangEngine(
+            return SGLangEngine(
                 processor=processor, model_path=str(model_path), engine_kwargs=recipe.rollout.sglang
             )
-            return
         from paravt.core.engines.hf import HFEngine
 
-        if backend.sharded:
-            from transformers import AutoModelForImageTextToText
+        if not self.backend.sharded:
+            return HFEngine(self.backend.model, processor)
+        from transformers import AutoModelForImageTextToText
 
-            self.replica = AutoModelForImageTextToText.from_pretrained(str(model_path)).to(device)
-            self.replica.requires_grad_(False)
-            self.sync()
-            self.engine = HFEngine(self.replica, processor)
-        else:
-            self.engine = HFEngine(backend.model, processor)
+        self.replica = AutoModelForImageTextToText.from_pretrained(
+            str(model_path), dtype=self.backend.compute_dtype
+        ).to(device)
+        self.replica.requires_grad_(False).eval()
+        self.sync()
+        return HFEngine(self.replica, processor)
 
     def sync(self) -> None:
-        """Make the engine generate with the policy's current weights."""
+        """Make the engine generate with the policy's current weights (collective when the
+        policy is sharded: every rank calls it)."""
+        if self.kind != "sglang" and self.replica is None:
+            return  # the engine holds the policy module itself
+        for bucket in self.backend.iter_full_state(bucket_bytes=self.WEIGHT_BUCKET_BYTES):
+            self._push(bucket)
+
+    def _push(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
         if self.kind == "sglang":
-            state = self.backend.full_model_state()
-            self.engine.sync_weights(list(state.items()))  # names as in the HF checkpoint
-        elif self.replica is not None:
-            state = self.backend.full_model_state()
-            self.replica.load_state_dict(state, strict=False)
+            self.engine.sync_weights(bucket)  # names as in the HF checkpoint
+            return
+        targets = self.replica.state_dict()
+        with torch.no_grad():
+            for name, tensor in bucket:
+                if name in targets:
+                    targets[name].copy_(tensor)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -411,12 +547,15 @@ def train_rl(
     examples: Sequence[Any] | None = None,
     frames: Any = None,
     wrap_engine: Any = None,
+    on_step: Any = None,
 ) -> Path:
     """Run RL as the recipe says; returns the `final/` model directory.
 
     `examples` (RLExample-like) and `frames` (overview + toolbox source) replace the recipe's
     parquet data and the paravt-tools frame source (tests, custom tools); `wrap_engine(engine)`
-    wraps the rollout engine (e.g. `paravt.core.engines.ScriptedTurns` for scripted turns).
+    wraps the rollout engine (e.g. `paravt.core.engines.ScriptedTurns` for scripted turns);
+    `on_step(step, backend, metrics, rollouts)` runs on every rank after each step (monitoring,
+    tests; it may make collectives, the same on every rank).
     """
     from paravt.train.modeling import ensure_model
 
@@ -427,16 +566,21 @@ def train_rl(
 
     init_path = ensure_model(recipe.model)
     ckpt = latest_checkpoint(out) if resume else None
-    model, processor = load_model_and_processor(recipe.model, device, path=ckpt)
-    backend = Backend(model, recipe.distributed, recipe.optim, recipe.max_steps)
+    compute_dtype = pick_dtype(recipe.model, device)
+    master = torch.float32 if recipe.distributed.strategy == "fsdp2" else compute_dtype
+    model, processor = load_model_and_processor(recipe.model, device, path=ckpt, dtype=master)
+    backend = Backend(
+        model, recipe.distributed, recipe.optim, recipe.max_steps, compute_dtype=compute_dtype
+    )
     ref_model = None
     if recipe.loss.kl_coef > 0:  # the frozen reference is the initial policy, also on resume
         ref_model, _ = load_model_and_processor(
             recipe.model.model_copy(update={"gradient_checkpointing": False}),
             device,
             path=init_path,
+            dtype=compute_dtype,
         )
-        ref_model.requires_grad_(False).eval()
+        ref_model = shard_like_policy(ref_model, recipe.distributed, compute_dtype).eval()
     start, order_state = 0, None
     if ckpt is not None:
         state = load_checkpoint(ckpt, backend)
@@ -466,6 +610,7 @@ def train_rl(
     per_rank = recipe.rollout.batch_prompts // world
     logger = MetricsLogger(out, recipe.logging, rank=rank, total=recipe.max_steps, initial=start)
     pad_id, image_id = policy.engine.pad_token_id, policy.engine.image_token_id
+    filler = filler_sequence(policy.engine) if world > 1 else None
 
     for step in range(start + 1, recipe.max_steps + 1):
         t0 = time.perf_counter()
@@ -481,7 +626,14 @@ def train_rl(
         metrics = episode_metrics(ro)
         metrics.update(
             update(
-                backend, ref_model, seqs, recipe, pad_id=pad_id, image_id=image_id, device=device
+                backend,
+                ref_model,
+                seqs,
+                recipe,
+                pad_id=pad_id,
+                image_id=image_id,
+                device=device,
+                filler=filler,
             )
         )
         policy.sync()
@@ -509,6 +661,8 @@ def train_rl(
                 "kappa": metrics["kappa"],
             },
         )
+        if on_step is not None:
+            on_step(step, backend, metrics, ro)
         if recipe.checkpoint.every_steps and step % recipe.checkpoint.every_steps == 0:
             save_checkpoint(
                 out,
