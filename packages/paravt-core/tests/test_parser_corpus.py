@@ -525,7 +525,11 @@ def test_num_frames_is_clamped_to_the_configured_maximum() -> None:
         '"num_frames": 500}}</tool_call>'
     )
     assert parse_response(text).tool_calls[0].args.num_frames == 16  # type: ignore[union-attr]
-    assert parse_response(text, max_num_frames=4).tool_calls[0].args.num_frames == 4  # type: ignore[union-attr]
+    args = parse_response(text, max_num_frames=4).tool_calls[0].args
+    assert args.num_frames == 4  # type: ignore[union-attr]
+    assert args.clamps == (  # type: ignore[union-attr]
+        "num_frames 500 is above the limit of 4 frames per call; clamped to 4.",
+    )
 
 
 def test_custom_tool_registry_replaces_the_default() -> None:

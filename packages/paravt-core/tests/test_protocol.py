@@ -92,3 +92,86 @@ def test_valid_windows_are_finite_and_ordered(a: float, b: float) -> None:
     else:
         with pytest.raises(ValidationError):
             CropVideoArgs(start_time=a, end_time=b)
+
+
+# --- every bound: an error naming the argument and its range, or a clamp stated in words ---------
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named", "range_text"),
+    [
+        ({"start_time": -5, "end_time": 10}, "start_time:", ">= 0 s"),
+        ({"start_time": 0, "end_time": -1}, "end_time:", ">= 0 s"),
+        ({"start_time": math.nan, "end_time": 10}, "start_time:", "finite number of seconds >= 0"),
+        ({"start_time": 0, "end_time": math.inf}, "end_time:", "finite number of seconds >= 0"),
+        ({"start_time": "9" * 40, "end_time": 10}, "start_time:", "at most 32 characters"),
+        ({"start_time": "1:75", "end_time": 100}, "start_time:", "below 60"),
+        ({"start_time": 30, "end_time": 10}, "end_time (10 s)", "greater than start_time (30 s)"),
+        ({"start_time": 0, "end_time": 9, "num_frames": 0}, "num_frames:", "allowed: 1 to 16"),
+        ({"start_time": 0, "end_time": 9, "num_frames": -3}, "num_frames:", "allowed: 1 to 16"),
+        ({"start_time": 0, "end_time": 9, "num_frames": "-3"}, "num_frames:", "allowed: 1 to 16"),
+        ({"start_time": 0, "end_time": 9, "num_frames": 2.5}, "num_frames:", "allowed: 1 to 16"),
+        ({"start_time": 0, "end_time": 9, "num_frames": True}, "num_frames:", "allowed: 1 to 16"),
+        ({"start_time": 0, "end_time": 9, "fps": 30}, "fps:", "expected start_time, end_time"),
+    ],
+)
+def test_an_out_of_range_argument_is_an_error_naming_it_and_its_range(
+    arguments: dict[str, object], named: str, range_text: str
+) -> None:
+    with pytest.raises(ValidationError) as info:
+        CropVideoArgs.model_validate(arguments)
+    text = format_validation_error("crop_video", info.value)
+    assert named in text and range_text in text, text
+
+
+@pytest.mark.parametrize(
+    ("requested", "limit", "shown"),
+    [(17, None, "17"), (1_000_000_000, None, "1000000000"), (10**40, 4, "1.000e+40"), (5, 4, "5")],
+)
+def test_num_frames_above_the_limit_is_clamped_and_the_clamp_is_stated(
+    requested: int, limit: int | None, shown: str
+) -> None:
+    context = {"max_num_frames": limit} if limit else {}
+    args = CropVideoArgs.model_validate(
+        {"start_time": 0, "end_time": 9, "num_frames": requested}, context=context
+    )
+    bound = limit or 16
+    assert args.num_frames == bound
+    (clamp,) = args.clamps
+    assert clamp == (
+        f"num_frames {shown} is above the limit of {bound} frames per call; clamped to {bound}."
+    )
+    # at the limit nothing changes and nothing is stated
+    at_limit = CropVideoArgs.model_validate(
+        {"start_time": 0, "end_time": 9, "num_frames": bound}, context=context
+    )
+    assert at_limit.num_frames == bound and at_limit.clamps == ()
+
+
+def test_a_validation_clamp_reaches_the_tool_response_and_the_calls_trace() -> None:
+    from paravt.core import AgentConfig, AgentTask, Frame, build_main_prompt, run_episodes_sync
+    from paravt.core.testing import END_OF_TURN, ScriptedEngine, StaticToolbox
+
+    call = (
+        '<tool_call>{"name": "crop_video", "arguments": {"start_time": 0, "end_time": 30, '
+        '"num_frames": 1000000000}}</tool_call>'
+    )
+
+    def respond(traj):  # type: ignore[no-untyped-def]
+        if traj.role == "subagent":
+            return "<answer>seen</answer>" + END_OF_TURN
+        done = any(m.role == "assistant" for m in traj.messages)
+        return ("</think><answer>A</answer>" if done else "look</think>" + call) + END_OF_TURN
+
+    messages = build_main_prompt("What colour?", [Frame("ov", 5.0)], duration_s=60.0)
+    toolbox = StaticToolbox(duration_s=60.0)  # states nothing itself: the runtime adds the clamp
+    task = AgentTask("s0", messages, toolbox, "What colour?")
+    config = AgentConfig(max_num_frames=8, tool_response="frames")
+    (episode,) = run_episodes_sync([task], ScriptedEngine(respond), config)
+    (record,) = episode.turns[0].calls
+    expected = "num_frames 1000000000 is above the limit of 8 frames per call; clamped to 8."
+    assert record.executed and record.num_frames == 8
+    assert record.clamps == [expected] and record.to_dict()["clamps"] == [expected]
+    assert record.note.startswith(expected)
+    (tool_message,) = [m for m in episode.main.messages if m.role == "tool"]
+    assert expected in tool_message.text

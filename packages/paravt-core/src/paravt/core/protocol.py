@@ -1,8 +1,10 @@
 """The tool protocol: `crop_video` arguments, tool calls, frames, chat messages and tool outputs.
 
 Everything the model controls passes through `CropVideoArgs` before anything is executed: times are
-finite, non-negative and ordered, `num_frames` is bounded. The model never chooses which file is read:
-a `video_path` argument (present in the schema of released checkpoints) is accepted and ignored.
+finite, non-negative and ordered, `num_frames` is bounded. Every bound is either an error naming the
+argument and its allowed range, or a clamp stated in words (`CropVideoArgs.clamps`, carried into
+the tool's response and the call's trace). The model never chooses which file is read: a
+`video_path` argument (present in the schema of released checkpoints) is accepted and ignored.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -42,7 +45,10 @@ def parse_time_s(value: Any, *, field_name: str = "time") -> float:
     elif isinstance(value, str):
         text = value.strip().lower()
         if len(text) > _MAX_TIME_TEXT:
-            raise ValueError(f"{field_name} is not a time: {value[:_MAX_TIME_TEXT]!r}...")
+            raise ValueError(
+                f"{field_name} is not a time (at most {_MAX_TIME_TEXT} characters): "
+                f"{value[:_MAX_TIME_TEXT]!r}..."
+            )
         for suffix in ("seconds", "second", "secs", "sec", "s"):
             if text.endswith(suffix):
                 text = text[: -len(suffix)].strip()
@@ -51,7 +57,10 @@ def parse_time_s(value: Any, *, field_name: str = "time") -> float:
         if clock:
             hours, minutes, secs = clock.groups()
             if float(secs) >= 60 or (hours is not None and int(minutes) >= 60):
-                raise ValueError(f"{field_name} {value!r} is not a valid clock time")
+                raise ValueError(
+                    f"{field_name} {value!r} is not a valid clock time (minutes and seconds "
+                    "must be below 60)"
+                )
             seconds = int(hours or 0) * 3600 + int(minutes) * 60 + float(secs)
         else:
             try:
@@ -63,9 +72,9 @@ def parse_time_s(value: Any, *, field_name: str = "time") -> float:
     else:
         raise ValueError(f"{field_name} must be a number of seconds, got {type(value).__name__}")
     if math.isnan(seconds) or math.isinf(seconds):
-        raise ValueError(f"{field_name} must be finite, got {value!r}")
+        raise ValueError(f"{field_name} must be a finite number of seconds >= 0, got {value!r}")
     if seconds < 0:
-        raise ValueError(f"{field_name} must not be negative, got {value!r}")
+        raise ValueError(f"{field_name} must be >= 0 s (seconds from the start), got {value!r}")
     return seconds
 
 
@@ -73,10 +82,12 @@ class CropVideoArgs(BaseModel):
     """Arguments of one `crop_video` call: a time window of the sample's own video, in seconds.
 
     Validate with `CropVideoArgs.model_validate(args, context={"max_num_frames": N})` to bound
-    `num_frames` by a configured maximum (default 16); larger requests are clamped to it.
+    `num_frames` by a configured maximum (default 16). A larger request is clamped to it and the
+    clamp is stated in `clamps`; `num_frames` below 1 is an error naming the allowed range.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    _clamps: tuple[str, ...] = PrivateAttr(default=())
 
     start_time: float = Field(
         description="Start of the window in seconds from the beginning of the video "
@@ -101,15 +112,20 @@ class CropVideoArgs(BaseModel):
 
     @field_validator("num_frames", mode="before")
     @classmethod
-    def _frame_count(cls, value: Any) -> Any:
+    def _frame_count(cls, value: Any, info: ValidationInfo) -> Any:
+        allowed = f"allowed: 1 to {_frame_limit(info)}"
         if isinstance(value, bool):
-            raise ValueError("num_frames must be a whole number of frames, not a boolean")
+            raise ValueError(
+                f"num_frames must be a whole number of frames ({allowed}), not a boolean"
+            )
         if isinstance(value, float):
             if not value.is_integer():
-                raise ValueError(f"num_frames must be a whole number, got {value!r}")
-            return int(value)
-        if isinstance(value, str) and value.strip().isdigit() and len(value) < 10:
-            return int(value)
+                raise ValueError(f"num_frames must be a whole number ({allowed}), got {value!r}")
+            value = int(value)
+        elif isinstance(value, str) and value.strip().lstrip("+-").isdigit() and len(value) < 10:
+            value = int(value)
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"num_frames must be at least 1 ({allowed}), got {value}")
         return value
 
     @field_validator("video_path", mode="before")
@@ -124,16 +140,38 @@ class CropVideoArgs(BaseModel):
                 f"end_time ({self.end_time:g} s) must be greater than start_time "
                 f"({self.start_time:g} s)"
             )
-        limit = DEFAULT_MAX_NUM_FRAMES
-        if isinstance(info.context, dict):
-            limit = int(info.context.get("max_num_frames", limit))
-        if self.num_frames is not None and self.num_frames > limit:
-            object.__setattr__(self, "num_frames", limit)
+        if self.num_frames is not None:
+            limit = _frame_limit(info)
+            if self.num_frames > limit:
+                self._clamps = (
+                    f"num_frames {_count_text(self.num_frames)} is above the limit of {limit} "
+                    f"frames per call; clamped to {limit}.",
+                )
+                object.__setattr__(self, "num_frames", limit)
         return self
 
     @property
     def duration_s(self) -> float:
         return self.end_time - self.start_time
+
+    @property
+    def clamps(self) -> tuple[str, ...]:
+        """What validation changed in the request, one sentence each (empty when nothing was)."""
+        return self._clamps
+
+
+def _frame_limit(info: ValidationInfo) -> int:
+    """The `max_num_frames` of the validation context (default 16)."""
+    if isinstance(info.context, dict):
+        limit = info.context.get("max_num_frames")
+        if isinstance(limit, int) and limit >= 1:
+            return limit
+    return DEFAULT_MAX_NUM_FRAMES
+
+
+def _count_text(n: int) -> str:
+    """A count as text, short even for a 4000-digit number from hostile JSON."""
+    return str(n) if n < 10**12 else f"{n:.3e}"
 
 
 def format_validation_error(tool: str, error: ValidationError) -> str:
@@ -242,12 +280,16 @@ class Message:
 
 @dataclass
 class ToolOutput:
-    """What one tool call returned: frames and a short note, or an error naming the problem."""
+    """What one tool call returned: frames and a short note, or an error naming the problem.
+
+    `clamps` lists every change the tool (or argument validation) made to the request, one
+    sentence each; each is also part of `text`, so the model reads it in the tool response."""
 
     text: str = ""
     frames: list[Frame] = field(default_factory=list)
     error: str | None = None
     window_s: tuple[float, float] | None = None  # the window actually read, after clamping
+    clamps: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

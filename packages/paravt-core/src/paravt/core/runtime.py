@@ -17,6 +17,7 @@ nothing about torch or video; it talks to an `Engine` and a `Toolbox`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -191,6 +192,9 @@ class CallRecord:
     error: str | None = None
     summary: str | None = None
     note: str = ""
+    # every change made to the request (argument validation's and the tool's), one sentence each;
+    # each is also stated in the tool response the model reads
+    clamps: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data (windows as lists)."""
@@ -203,6 +207,7 @@ class CallRecord:
             "num_frames": self.num_frames,
             "error": self.error,
             "note": self.note,
+            "clamps": list(self.clamps),
             "summary": self.summary,
         }
 
@@ -332,13 +337,24 @@ def _plan_calls(
             rec.error = (
                 "not executed: sequential dispatch runs one call per turn; call again next turn"
                 if config.dispatch == "sequential"
-                else f"not executed: at most {config.max_parallel} calls per turn"
+                else f"not executed: at most {config.max_parallel} calls per turn (max_parallel); "
+                f"this was call {i + 1} of {len(calls)}, call it again next turn"
             )
         else:
             rec.executed = True
             to_run.append((i, call.args))
         records.append(rec)
     return records, to_run
+
+
+def _with_argument_clamps(output: ToolOutput, args: CropVideoArgs) -> ToolOutput:
+    """`output` stating the clamps argument validation made (`args.clamps`) that the toolbox did
+    not state itself (the crop tool does; a custom toolbox may not), first in its text."""
+    missing = [c for c in getattr(args, "clamps", ()) if c not in output.clamps]
+    if not missing:
+        return output
+    text = " ".join([*missing, output.text]) if output.text else " ".join(missing)
+    return dataclasses.replace(output, text=text, clamps=[*missing, *output.clamps])
 
 
 async def _run_toolbox(
@@ -617,11 +633,12 @@ async def _run_episode(
                 state.task.toolbox, [a for _, a in run], config.tool_timeout_s
             )
             record.tools_s = time.perf_counter() - t0
-            by_index = {i: o for (i, _), o in zip(run, outputs)}
+            by_index = {i: _with_argument_clamps(o, a) for (i, a), o in zip(run, outputs)}
             for i, tool_out in by_index.items():
                 rec = record.calls[i]
                 rec.error, rec.window_s = tool_out.error, tool_out.window_s
                 rec.num_frames, rec.note = len(tool_out.frames), tool_out.text
+                rec.clamps = list(tool_out.clamps)
 
             summaries: dict[int, str] = {}
             if config.tool_response == "subagent":

@@ -5,7 +5,8 @@ resized frames and a small thread pool. A `CropVideoTool` is one sample's toolbo
 sample's video path (never the model's) and implements the core `Toolbox` protocol.
 
 Per turn: every window is validated and clamped to `[0, duration]`, its frames are chosen on the
-video's frame grid, the frames of all windows are merged, sorted and deduplicated, cached ones are
+video's frame grid (every change to a request is stated: it is an error naming the argument and
+its allowed range, or a sentence in the response's text and in `ToolOutput.clamps`), the frames of all windows are merged, sorted and deduplicated, cached ones are
 reused, the rest are decoded by one decoder per contiguous chunk on the pool (resized by torch
 in bounded groups), and the frames are split back per call in call order. A window that fails to
 decode returns an error; the others still return their frames.
@@ -70,7 +71,7 @@ class CropConfig:
     overview_keyframe_snap: float = 0.0
 
     def __post_init__(self) -> None:
-        if not (self.fps > 0 and 1 <= self.min_frames <= self.max_frames):
+        if not (self.fps > 0 and 1 <= self.min_frames <= self.max_frames):  # not model-controlled
             raise ValueError(
                 f"CropConfig needs fps > 0 and 1 <= min_frames <= max_frames, got fps={self.fps}, "
                 f"min_frames={self.min_frames}, max_frames={self.max_frames}"
@@ -80,7 +81,10 @@ class CropConfig:
                 f"CropConfig.overview_keyframe_snap must be in 0..{MAX_KEYFRAME_SNAP} (a fraction "
                 f"of the overview's frame spacing), got {self.overview_keyframe_snap}"
             )
-        smart_resize(64, 64, min_pixels=self.min_pixels, max_pixels=self.max_pixels)  # validates
+        try:  # the pixel budget belongs to the tool; frames are resized into it, never clamped
+            smart_resize(64, 64, min_pixels=self.min_pixels, max_pixels=self.max_pixels)
+        except ValueError as exc:
+            raise ValueError(f"CropConfig.min_pixels/max_pixels: {exc}") from None
 
 
 @dataclass
@@ -149,9 +153,11 @@ class VideoReader:
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         workers: int | None = None,
     ) -> None:
+        if workers is not None and workers < 1:
+            raise ValueError(f"VideoReader workers must be at least 1, got {workers}")
         self.config = config or CropConfig()
         self.cache = FrameCache(cache_bytes)
-        self.workers = max(1, workers if workers is not None else min(2, os.cpu_count() or 1))
+        self.workers = workers if workers is not None else min(2, os.cpu_count() or 1)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -315,7 +321,14 @@ class VideoReader:
         plans: list[tuple[Sample | None, list[str], str | None]] = []
         for n, call in enumerate(calls):
             if n >= MAX_CALLS_PER_TURN:
-                plans.append((None, [], f"crop_video: at most {MAX_CALLS_PER_TURN} calls per turn"))
+                plans.append(
+                    (
+                        None,
+                        [],
+                        f"crop_video: at most {MAX_CALLS_PER_TURN} calls per turn; call {n + 1} "
+                        f"of {len(calls)} was not run",
+                    )
+                )
                 continue
             plans.append(self._plan(info, call))
 
@@ -339,7 +352,9 @@ class VideoReader:
                 continue
             frames = [Frame(got[i][0], got[i][1]) for i in sample.indices]  # type: ignore[index]
             outputs.append(
-                ToolOutput(text=" ".join(notes), frames=frames, window_s=sample.window_s)
+                ToolOutput(
+                    text=" ".join(notes), frames=frames, window_s=sample.window_s, clamps=notes
+                )
             )
         return outputs
 
@@ -373,7 +388,8 @@ class VideoReader:
                 f"crop_video: the window {call.start_time:g}-{call.end_time:g} s starts at or after "
                 f"the end of the video ({duration:.1f} s); ask for a window inside 0-{duration:.1f} s",
             )
-        notes: list[str] = []
+        # every note states a change to the request: argument validation's first, then the tool's
+        notes: list[str] = list(getattr(call, "clamps", ()))
         if call.end_time > duration:
             notes.append(
                 f"end_time {call.end_time:g} s is past the end of the video ({duration:.1f} s); "
@@ -381,8 +397,17 @@ class VideoReader:
             )
         num = call.num_frames
         if num is not None and num > cfg.max_frames:
-            notes.append(f"num_frames {num} is above the limit {cfg.max_frames}; clamped.")
+            notes.append(
+                f"num_frames {num} is above the tool's limit of {cfg.max_frames} frames per "
+                f"call; clamped to {cfg.max_frames}."
+            )
             num = cfg.max_frames
+        elif num is not None and num < cfg.min_frames:
+            notes.append(
+                f"num_frames {num} is below the tool's minimum of {cfg.min_frames} frames per "
+                f"call; raised to {cfg.min_frames}."
+            )
+            num = cfg.min_frames
         sample = crop_sample(
             info,
             call.start_time,
@@ -400,7 +425,8 @@ class VideoReader:
             )
         if num is not None and len(sample.indices) < num:
             notes.append(
-                f"the window holds only {len(sample.indices)} frames; returning {len(sample.indices)}."
+                f"num_frames {num}: the window holds only {len(sample.indices)} frames; "
+                f"returning {len(sample.indices)}."
             )
         return sample, notes, None
 
