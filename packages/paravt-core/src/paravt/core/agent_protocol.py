@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -48,6 +49,7 @@ from paravt.core.protocol import (
     TextPart,
     ToolOutput,
     crop_video_schema,
+    parse_time_s,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -176,6 +178,16 @@ class AnswerSpec(_Frozen):
     )
 
 
+class TransportSpec(_Frozen):
+    """How images and sampling travel to an OpenAI-compatible server."""
+
+    image_format: Literal["png", "jpeg"] = "png"
+    jpeg_quality: int = Field(90, ge=1, le=100)
+    minimal_body: bool = Field(
+        False, description="Send only model, messages, max_tokens, temperature (no top_p, n)."
+    )
+
+
 class AgentProtocol(_Frozen):
     """One named, versioned agent protocol. See the module docstring."""
 
@@ -201,6 +213,7 @@ class AgentProtocol(_Frozen):
     tool_result: ToolResultSpec = ToolResultSpec()
     final_turn: FinalTurnSpec = FinalTurnSpec()
     answer: AnswerSpec = AnswerSpec()
+    transport: TransportSpec = TransportSpec()
     max_new_tokens: int = Field(2048, ge=1)
     subagent_max_new_tokens: int = Field(256, ge=1)
     temperature: float = Field(0.0, ge=0.0)
@@ -484,15 +497,23 @@ class AgentProtocol(_Frozen):
         return paper.driver_letter(final_text)
 
 
-def _span_of(text: str) -> tuple[float, float] | None:
-    """A `[start, end]` / `start - end` span in an answer (paravt's own grounding answer form)."""
-    import re
+_TIME_TOKEN = re.compile(r"\d+(?::\d+){0,2}(?:\.\d+)?")
 
-    match = re.search(r"(\d+(?:\.\d+)?)\s*(?:,|-|–|—|to)\s*(\d+(?:\.\d+)?)", text)
-    if match is None:
+
+def _span_of(text: str) -> tuple[float, float] | None:
+    """The first two times of an answer (`[12.0, 20.0]`, `00:12 - 00:20`) as an ordered span, or
+    None (fewer than two times, or not start < end)."""
+    times: list[float] = []
+    for match in _TIME_TOKEN.finditer(text[:2000]):
+        try:
+            times.append(parse_time_s(match.group(0)))
+        except ValueError:
+            continue
+        if len(times) == 2:
+            break
+    if len(times) < 2 or not times[0] < times[1]:
         return None
-    start, end = float(match.group(1)), float(match.group(2))
-    return (start, end) if end >= start else None
+    return times[0], times[1]
 
 
 # ------------------------------------------------------------------------------------ instances
@@ -574,6 +595,8 @@ PAPER_PROTOCOL = AgentProtocol(
         },
     ),
     answer=AnswerSpec(extraction="driver"),
+    # utils.pil_to_b64: JPEG quality 85; _completion_with_retry: model, messages, max_tokens, temp.
+    transport=TransportSpec(image_format="jpeg", jpeg_quality=85, minimal_body=True),
     max_new_tokens=paper.PAPER_MAX_TOKENS,
     temperature=0.0,
     max_turns=3,

@@ -1,30 +1,26 @@
 """Run the ParaVT agent on (video, question) samples: the one path `ask`, lmms-eval and `reproduce` use.
 
 `EvalAgent` owns an engine (a local checkpoint through transformers, or an OpenAI-compatible
-server) and, per sample, builds the main prompt over the overview frames of the sample's own video
-and a `crop_video` toolbox over that same video, then runs `paravt.core.run_episodes` on a batch.
-A sample that cannot be prepared or run (missing video, decode failure, engine error) comes back as
-a trace with `error` set; it is counted, never dropped.
+server) and one agent protocol (`EvalConfig.resolved_protocol()`); per sample it builds the main
+prompt over the overview frames of the sample's own video and a `crop_video` toolbox over that same
+video, then runs `paravt.core.run_episodes`. Over a server, samples move as a rolling pool
+(`concurrency` in flight, each advancing on its own); a local checkpoint generates `batch_size`
+samples together in lockstep. A sample that cannot be prepared or run (missing video, decode
+failure, engine error, anything raised) comes back as a trace with `error` set; it is counted,
+never dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from paravt.core import (
-    AgentTask,
-    Engine,
-    Episode,
-    Frame,
-    Toolbox,
-    build_main_prompt,
-    run_episodes,
-)
+from paravt.core import AgentProtocol, AgentTask, Engine, Episode, Frame, Toolbox, run_episodes
+from paravt.core.agent_protocol import ANSWER_KINDS, AnswerKind
 from paravt.eval.config import EvalConfig
 from paravt.eval.traces import SampleTrace, trace_from_episode
 
@@ -40,17 +36,41 @@ class VideoQuestion:
     options: list[str] | None = None
     task: str = "ask"
     doc_id: int | str = 0
+    answer_kind: str = "mcq"  # mcq, grounding or open: the final-answer note and the extraction
+    # True: lay the question (and options) out with the protocol's template; False: the text is
+    # final as given (a benchmark task already formatted it).
+    template: bool = True
 
 
-def build_engine(config: EvalConfig) -> Engine:
-    """The engine for `config`: `HFEngine` for `pretrained`, `OpenAIEngine` for `base_url`."""
+def build_engine(config: EvalConfig, protocol: AgentProtocol | None = None) -> Engine:
+    """The engine for `config`: `HFEngine` for `pretrained` (bfloat16 on CUDA unless `dtype`
+    says otherwise), `OpenAIEngine` for `base_url` (images and request body as the protocol's
+    transport says)."""
+    protocol = protocol or config.resolved_protocol()
     if config.pretrained:
         from paravt.core.engines import HFEngine
 
-        return HFEngine(str(Path(config.pretrained).expanduser()), device=config.device)
+        dtype_name = config.torch_dtype()
+        dtype = None
+        if dtype_name is not None:
+            import torch
+
+            dtype = getattr(torch, dtype_name)
+        return HFEngine(
+            str(Path(config.pretrained).expanduser()), device=config.device, dtype=dtype
+        )
     from paravt.core.engines import OpenAIEngine
 
-    return OpenAIEngine(base_url=config.base_url, model=config.model, api_key=config.api_key)
+    t = protocol.transport
+    return OpenAIEngine(
+        base_url=str(config.base_url),
+        model=str(config.model),
+        api_key=config.api_key,
+        image_format=t.image_format,
+        jpeg_quality=t.jpeg_quality,
+        minimal_body=t.minimal_body,
+        max_concurrency=max(16, config.concurrency),
+    )
 
 
 @dataclass
@@ -87,41 +107,105 @@ class EvalAgent:
         source: VideoSource | None = None,
     ) -> None:
         self.config = config
-        self.engine = engine if engine is not None else build_engine(config)
+        self.protocol = config.resolved_protocol()
+        self.engine = engine if engine is not None else build_engine(config, self.protocol)
         if source is None:
-            from paravt.eval.video import ToolsVideoSource
-
-            source = ToolsVideoSource(
-                max_pixels=config.max_pixels, max_crop_frames=config.max_crop_frames
-            )
+            source = default_source(config, self.protocol)
         self.source = source
-        self.agent_config = config.agent_config()
+        self.agent_config = self.protocol.agent_config(dispatch=config.dispatch)
+
+    @property
+    def rolling(self) -> bool:
+        """Whether samples move as a rolling pool (a server engine) rather than in batches."""
+        return bool(self.config.base_url) and not hasattr(self.engine, "generate_sync")
 
     def prepare(self, sample: VideoQuestion) -> Prepared:
         """Decode the sample's overview and build its prompt and toolbox."""
         t0 = time.perf_counter()
-        duration_s, frames = self.source.overview(sample.video, self.config.main_nframes)
-        messages = build_main_prompt(
-            sample.question,
-            frames,
-            mode=self.config.prompt_mode,
-            options=sample.options,
-            duration_s=duration_s,
-            max_turns=self.config.max_turns,
-            max_parallel=self.config.max_parallel,
-            include_video_path=self.config.include_video_path,
+        p = self.protocol
+        duration_s, frames = self.source.overview(sample.video, p.overview.num_frames)
+        kind = _kind(sample.answer_kind)
+        text = (
+            p.format_question(sample.question, sample.options, kind=kind)
+            if sample.template
+            else sample.question
         )
+        video_name = Path(sample.video.removeprefix("file://")).name
+        messages = p.build_main_prompt(text, frames, duration_s=duration_s, video_name=video_name)
         toolbox = self.source.toolbox(sample.video)
-        task = AgentTask(sample.key, messages, toolbox, sample.question)
+        task = AgentTask(sample.key, messages, toolbox, sample.question, answer_kind=kind)
         return Prepared(task, len(frames), duration_s, time.perf_counter() - t0)
 
-    def run(self, samples: Sequence[VideoQuestion]) -> list[SampleTrace]:
-        """Run every sample (in batches of `config.batch_size`); one trace per sample, in order."""
+    def run(
+        self,
+        samples: Sequence[VideoQuestion],
+        on_done: Callable[[int, SampleTrace], None] | None = None,
+    ) -> list[SampleTrace]:
+        """Run every sample; one trace per sample, in order. `on_done(index, trace)` is called as
+        each sample finishes (in completion order for a rolling pool)."""
+        if self.rolling:
+            return asyncio.run(self._run_pool(samples, on_done))
         traces: list[SampleTrace] = []
         size = self.config.batch_size
         for start in range(0, len(samples), size):
-            traces.extend(self._run_batch(samples[start : start + size]))
+            batch = self._run_batch(samples[start : start + size])
+            for i, trace in enumerate(batch):
+                if on_done is not None:
+                    on_done(start + i, trace)
+            traces.extend(batch)
         return traces
+
+    async def _run_pool(
+        self,
+        samples: Sequence[VideoQuestion],
+        on_done: Callable[[int, SampleTrace], None] | None,
+    ) -> list[SampleTrace]:
+        """At most `concurrency` samples in flight; a new one starts as soon as one finishes."""
+        slots = asyncio.Semaphore(self.config.concurrency)
+        out: list[SampleTrace | None] = [None] * len(samples)
+
+        async def one(i: int, sample: VideoQuestion) -> None:
+            async with slots:
+                try:
+                    prepared = await asyncio.to_thread(self.prepare, sample)
+                except BaseException as exc:
+                    if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
+                        raise
+                    trace = _failed(sample, f"could not prepare the sample: {_describe(exc)}")
+                else:
+                    try:
+                        (episode,) = await run_episodes(
+                            [prepared.task], self.engine, self.agent_config, self.protocol
+                        )
+                        trace = self._trace(sample, prepared, episode)
+                    except BaseException as exc:
+                        if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
+                            raise
+                        trace = _failed(sample, f"the agent run failed: {_describe(exc)}")
+            out[i] = trace
+            if on_done is not None:
+                on_done(i, trace)
+
+        await asyncio.gather(*(one(i, s) for i, s in enumerate(samples)))
+        return [t for t in out if t is not None]
+
+    def _trace(self, sample: VideoQuestion, prepared: Prepared, episode: Episode) -> SampleTrace:
+        trace = trace_from_episode(
+            episode,
+            task=sample.task,
+            doc_id=sample.doc_id,
+            video=sample.video,
+            question=sample.question,
+            overview_frames=prepared.overview_frames,
+            duration_s=prepared.duration_s,
+            prepare_s=prepared.prepare_s,
+        )
+        kind = _kind(sample.answer_kind)
+        final = episode.turns[-1].response if episode.turns else ""
+        trace.response = self.protocol.extract_answer(final, episode.answer, kind)
+        if self.protocol.answer.extraction == "driver":
+            trace.answer = self.protocol.driver_prediction(final, kind)
+        return trace
 
     def _run_batch(self, samples: Sequence[VideoQuestion]) -> list[SampleTrace]:
         out: list[SampleTrace | None] = [None] * len(samples)
@@ -129,7 +213,9 @@ class EvalAgent:
         for i, sample in enumerate(samples):
             try:
                 ready.append((i, self.prepare(sample)))
-            except Exception as exc:
+            except BaseException as exc:
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
                 out[i] = _failed(sample, f"could not prepare the sample: {_describe(exc)}")
         if ready:
             episodes = self._run_tasks([p.task for _, p in ready])
@@ -138,27 +224,40 @@ class EvalAgent:
                 if isinstance(episode, str):
                     out[i] = _failed(sample, f"the agent run failed: {episode}")
                     continue
-                out[i] = trace_from_episode(
-                    episode,
-                    task=sample.task,
-                    doc_id=sample.doc_id,
-                    video=sample.video,
-                    question=sample.question,
-                    overview_frames=prepared.overview_frames,
-                    duration_s=prepared.duration_s,
-                    prepare_s=prepared.prepare_s,
-                )
+                out[i] = self._trace(sample, prepared, episode)
         return [t for t in out if t is not None]
 
     def _run_tasks(self, tasks: list[AgentTask]) -> list[Episode | str]:
         """Episodes in order; an episode that failed becomes its error text. When a batch fails,
         each task is retried alone so one bad sample does not lose the others."""
         try:
-            return list(asyncio.run(run_episodes(tasks, self.engine, self.agent_config)))
-        except Exception as exc:
+            return list(
+                asyncio.run(run_episodes(tasks, self.engine, self.agent_config, self.protocol))
+            )
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
             if len(tasks) == 1:
                 return [_describe(exc)]
         return [r for task in tasks for r in self._run_tasks([task])]
+
+
+def default_source(config: EvalConfig, protocol: AgentProtocol) -> VideoSource:
+    """Frames as the protocol samples them: qwen-vl-utils 0.0.14 for the paper's, else
+    paravt-tools' reader and crop_video tool."""
+    if protocol.overview.sampling == "qwen_vl_utils_0.0.14":
+        from paravt.eval.paper_video import PaperVideoSource
+
+        return PaperVideoSource(protocol)
+    from paravt.eval.video import ToolsVideoSource
+
+    return ToolsVideoSource(max_pixels=config.max_pixels, max_crop_frames=config.max_crop_frames)
+
+
+def _kind(value: str) -> AnswerKind:
+    if value not in ANSWER_KINDS:
+        raise ValueError(f"answer kind {value!r} is not one of {', '.join(ANSWER_KINDS)}")
+    return value  # type: ignore[return-value]
 
 
 def _describe(exc: BaseException) -> str:

@@ -26,24 +26,41 @@ def _model_path(value: str) -> str:
 
 
 def _add_protocol_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("agent protocol (defaults: the paper's)")
-    g.add_argument("--prompt-mode", choices=PROMPT_MODES, default="agentic_general")
-    g.add_argument("--nframes", type=int, default=64, help="overview frames (main_nframes)")
-    g.add_argument("--max-turns", type=int, default=3)
-    g.add_argument("--max-parallel", type=int, default=5)
+    g = p.add_argument_group(
+        "agent protocol (default: the checkpoint's recorded protocol, else paravt's; every flag "
+        "left out keeps the protocol's value)"
+    )
+    g.add_argument(
+        "--protocol",
+        default=None,
+        help="paravt, paper (the released ParaVT driver's evaluation, request for request), or a "
+        "directory holding agent_protocol.json",
+    )
+    g.add_argument("--prompt-mode", choices=PROMPT_MODES, default=None)
+    g.add_argument("--nframes", type=int, default=None, help="overview frames (main_nframes)")
+    g.add_argument("--max-turns", type=int, default=None)
+    g.add_argument("--max-parallel", type=int, default=None)
     g.add_argument("--dispatch", choices=("parallel", "sequential"), default="parallel")
-    g.add_argument("--tool-response", choices=("subagent", "frames"), default="subagent")
-    g.add_argument("--max-new-tokens", type=int, default=2048)
-    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--tool-response", choices=("subagent", "frames"), default=None)
+    g.add_argument("--max-new-tokens", type=int, default=None)
+    g.add_argument("--temperature", type=float, default=None)
     g.add_argument("--max-pixels", type=int, default=None, help="pixel budget per frame")
     g.add_argument(
         "--max-crop-frames", type=int, default=None, help="frames per crop (default: the tool's 16)"
     )
     g.add_argument("--device", default="cpu")
+    g.add_argument(
+        "--dtype",
+        choices=("auto", "bfloat16", "float16", "float32"),
+        default="auto",
+        help="local checkpoint weights (auto: bfloat16 on CUDA, float32 on CPU)",
+    )
 
 
 def _protocol(args: argparse.Namespace) -> dict[str, object]:
     return {
+        "protocol": args.protocol,
+        "dtype": args.dtype,
         "prompt_mode": args.prompt_mode,
         "main_nframes": args.nframes,
         "max_turns": args.max_turns,
@@ -70,7 +87,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
     config = parse_eval_config(values)
     agent = EvalAgent(config)
     sample = VideoQuestion(
-        key="ask", video=args.video, question=args.question, options=args.option or None
+        key="ask",
+        video=args.video,
+        question=args.question,
+        options=args.option or None,
+        answer_kind=args.kind,
     )
     trace = agent.run([sample])[0]
     if args.json:
@@ -130,6 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--served-model", default=None, help="model name on the server")
     ask.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"))
     ask.add_argument("--option", action="append", help="a multiple-choice option (repeat)")
+    ask.add_argument(
+        "--kind",
+        choices=("mcq", "grounding", "open"),
+        default="mcq",
+        help="answer kind: picks the final-answer note and how the answer is read (grounding: "
+        "the question is the event's caption)",
+    )
     ask.add_argument("--json", action="store_true", help="print the trace as JSON")
     _add_protocol_args(ask)
     ask.set_defaults(func=cmd_ask)

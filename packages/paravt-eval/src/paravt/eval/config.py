@@ -1,8 +1,11 @@
-"""The knobs of an evaluation run: which model, which prompt, which agent protocol.
+"""The knobs of an evaluation run: which model, which agent protocol, which overrides.
 
 `EvalConfig` is what `--model_args` of lmms-eval, `paravt-eval ask` and `paravt-eval reproduce` all
-validate into. Defaults are the paper's protocol: 64 overview frames, greedy decoding, 2048 new
-tokens per turn, at most 3 turns and 5 parallel `crop_video` calls per turn.
+validate into. The agent protocol (`paravt.core.AgentProtocol`) comes from `protocol=` (`paravt`,
+`paper`, or a checkpoint directory / JSON file), else from the checkpoint's own
+`agent_protocol.json`, else paravt's; every other field left unset keeps the protocol's value
+(64 overview frames, greedy decoding, 2048 new tokens per turn, 3 turns, 5 calls per turn in both
+shipped protocols).
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from paravt.core import AgentConfig, PromptMode, SamplingParams
+from paravt.core import AgentConfig, AgentProtocol, PromptMode, get_protocol
+from paravt.core.agent_protocol import PARAVT_PROTOCOL, PROTOCOL_FILE, PROTOCOLS
 
 MAX_OVERVIEW_FRAMES = 512
 
@@ -34,42 +38,62 @@ class EvalConfig(BaseModel):
     )
     model: str | None = Field(None, description="Model name on the server (with base_url).")
     api_key: str | None = Field(None, description="Bearer token for the server, if it needs one.")
-    prompt_mode: PromptMode = Field(
-        "agentic_general", description="direct, reasoning, agentic_general or agentic_minimal."
+    protocol: str | None = Field(
+        None,
+        description="Agent protocol: paravt, paper (the released driver's), or a checkpoint "
+        "directory / agent_protocol.json; default: the checkpoint's recorded protocol, else paravt.",
     )
-    main_nframes: int = Field(
-        64, ge=1, le=MAX_OVERVIEW_FRAMES, description="Overview frames the main agent sees (K)."
+    prompt_mode: PromptMode | None = Field(
+        None, description="direct, reasoning, agentic_general or agentic_minimal (protocol's)."
     )
-    max_turns: int = Field(3, ge=1, le=16, description="Main-agent turns; the last one answers.")
-    max_parallel: int = Field(5, ge=1, le=32, description="crop_video calls run per turn at most.")
+    main_nframes: int | None = Field(
+        None, ge=1, le=MAX_OVERVIEW_FRAMES, description="Overview frames the main agent sees (K)."
+    )
+    max_turns: int | None = Field(None, ge=1, le=16, description="Main-agent turns (protocol's).")
+    max_parallel: int | None = Field(
+        None, ge=1, le=32, description="crop_video calls run per turn at most."
+    )
     dispatch: Literal["parallel", "sequential"] = Field(
         "parallel", description="parallel: every call of a turn; sequential: one call per turn."
     )
-    tool_response: Literal["subagent", "frames"] = Field(
-        "subagent",
+    tool_response: Literal["subagent", "frames"] | None = Field(
+        None,
         description="subagent: a weight-sharing sub-agent summarises each window; "
         "frames: the cropped frames return into the main context.",
     )
-    max_new_tokens: int = Field(2048, ge=1, le=32768, description="Tokens per main-agent turn.")
-    subagent_max_new_tokens: int = Field(256, ge=1, le=32768, description="Tokens per summary.")
-    temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 is greedy (the protocol).")
+    max_new_tokens: int | None = Field(None, ge=1, le=32768, description="Tokens per turn.")
+    subagent_max_new_tokens: int | None = Field(
+        None, ge=1, le=32768, description="Tokens per summary."
+    )
+    temperature: float | None = Field(None, ge=0.0, le=2.0, description="0 is greedy.")
     max_pixels: int | None = Field(
-        None, ge=784, description="Pixel budget per frame (default: the tool's reference budget)."
+        None, ge=784, description="Pixel budget per frame (default: the protocol's)."
     )
     max_crop_frames: int | None = Field(
         None,
         ge=1,
         le=256,
-        description="Frames per crop_video window at most (default: the tool's 16); match the "
+        description="Frames per crop_video window at most (default: the protocol's 16); match the "
         "checkpoint's training (video.max_crop_frames).",
     )
-    include_video_path: bool = Field(
-        False,
+    include_video_path: bool | None = Field(
+        None,
         description="Show the (ignored) video_path argument in the tool schema, as released "
         "checkpoints were trained with.",
     )
-    batch_size: int = Field(1, ge=1, le=256, description="Samples run in lockstep per batch.")
+    batch_size: int = Field(
+        1, ge=1, le=256, description="Local checkpoints: samples generated together in lockstep."
+    )
+    concurrency: int = Field(
+        32,
+        ge=1,
+        le=1024,
+        description="OpenAI-compatible servers: samples in flight at once (a rolling pool).",
+    )
     device: str = Field("cpu", description="torch device for a local checkpoint.")
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        "auto", description="Local checkpoint weights: auto = bfloat16 on CUDA, float32 elsewhere."
+    )
     traces: str | None = Field(
         None,
         description="Where per-sample traces go (a .jsonl file or a directory). Default: beside "
@@ -85,6 +109,8 @@ class EvalConfig(BaseModel):
                 "no model: pass pretrained=/path/to/checkpoint or base_url=http://host:port/v1,"
                 "model=NAME"
             )
+        if self.protocol is not None:
+            self._base_protocol()  # fails here, naming the fix, on an unknown protocol
         if self.base_url and not self.model:
             raise ValueError("base_url needs model=NAME (the model name the server serves)")
         if self.pretrained and not Path(self.pretrained).expanduser().is_dir():
@@ -101,26 +127,67 @@ class EvalConfig(BaseModel):
             return Path(self.pretrained).expanduser().resolve().name
         return str(self.model)
 
+    def resolved_protocol(self) -> AgentProtocol:
+        """The agent protocol of this run: the named / recorded / default one, with every field
+        this config sets laid over it."""
+        base = self._base_protocol()
+        data = base.model_dump()
+        for key in (
+            "prompt_mode",
+            "max_turns",
+            "max_parallel",
+            "max_new_tokens",
+            "subagent_max_new_tokens",
+            "temperature",
+            "include_video_path",
+        ):
+            value = getattr(self, key)
+            if value is not None:
+                data[key] = value
+        if self.main_nframes is not None:
+            data["overview"]["num_frames"] = self.main_nframes
+        if self.tool_response is not None:
+            data["tool_result"]["form"] = self.tool_response
+        if self.max_crop_frames is not None:
+            data["crop"]["max_frames"] = self.max_crop_frames
+        if self.max_pixels is not None:
+            data["crop"]["max_pixels"] = self.max_pixels
+            data["overview"]["max_pixels"] = self.max_pixels
+        return AgentProtocol.model_validate(data)
+
+    def _base_protocol(self) -> AgentProtocol:
+        name = self.protocol
+        if name is None:
+            if self.pretrained:
+                recorded = AgentProtocol.load(Path(self.pretrained).expanduser())
+                if recorded is not None:
+                    return recorded
+            return PARAVT_PROTOCOL
+        if name in PROTOCOLS:
+            return get_protocol(name)
+        path = Path(name).expanduser()
+        directory = path.parent if path.name == PROTOCOL_FILE else path
+        recorded = AgentProtocol.load(directory) if directory.is_dir() else None
+        if recorded is None:
+            raise ValueError(
+                f"protocol={name!r} is neither {' nor '.join(PROTOCOLS)} nor a directory with "
+                f"{PROTOCOL_FILE}"
+            )
+        return recorded
+
     def agent_config(self) -> AgentConfig:
-        """The core runtime's configuration for this protocol."""
-        return AgentConfig(
-            # Without tools in the prompt there is nothing to wait for: one turn answers.
-            max_turns=self.max_turns if self.uses_tools else 1,
-            max_parallel=self.max_parallel,
-            dispatch=self.dispatch,
-            tool_response=self.tool_response,
-            think_prefix=self.prompt_mode in ("reasoning", "agentic_general", "agentic_minimal"),
-            sampling=SamplingParams(
-                max_new_tokens=self.max_new_tokens, temperature=self.temperature
-            ),
-            subagent_sampling=SamplingParams(
-                max_new_tokens=self.subagent_max_new_tokens, temperature=self.temperature
-            ),
-        )
+        """The core runtime's configuration for this run's protocol."""
+        return self.resolved_protocol().agent_config(dispatch=self.dispatch)
 
     @property
     def uses_tools(self) -> bool:
-        return self.prompt_mode in ("agentic_general", "agentic_minimal")
+        return self.resolved_protocol().uses_tools
+
+    def torch_dtype(self) -> str | None:
+        """The dtype name a local checkpoint loads in (None: the checkpoint's own on CPU)."""
+        if self.dtype != "auto":
+            return self.dtype
+        return "bfloat16" if self.device.startswith("cuda") else None
 
 
 def parse_eval_config(values: dict[str, Any]) -> EvalConfig:

@@ -25,7 +25,7 @@ from lmms_eval.api.model import lmms
 from loguru import logger
 from tqdm import tqdm
 
-from paravt.eval.agent import EvalAgent, VideoQuestion
+from paravt.eval.agent import EvalAgent, VideoQuestion, options_from
 from paravt.eval.config import EvalConfig, parse_eval_config
 from paravt.eval.metrics import record_trace
 from paravt.eval.traces import SampleTrace, TraceWriter
@@ -102,6 +102,20 @@ def sample_from_messages(
             f"{task} doc {doc_id}: the sample has no video part; the paravt model evaluates video "
             "tasks (doc_to_visual must return the video path)"
         )
+    kind = answer_kind_of(task, doc)
+    structured = doc.get("paravt_question")
+    if isinstance(structured, str) and structured:
+        # a paravt task that keeps the question apart: the protocol lays it out (options, mode)
+        return VideoQuestion(
+            key=f"{task}/{doc_id}",
+            video=videos[0],
+            question=structured,
+            options=options_from(doc.get("paravt_options")),
+            task=task,
+            doc_id=doc_id,
+            answer_kind=kind,
+            template=True,
+        )
     question = "\n".join(t.strip() for t in texts if t.strip())
     return VideoQuestion(
         key=f"{task}/{doc_id}",
@@ -109,7 +123,23 @@ def sample_from_messages(
         question=question,
         task=task,
         doc_id=doc_id,
+        answer_kind=kind,
+        template=False,
     )
+
+
+GROUNDING_TASK_WORDS = ("grounding", "charades", "tvg")
+
+
+def answer_kind_of(task: str, doc: dict[str, Any]) -> str:
+    """`mcq`, `grounding` or `open` for a request: the document's `paravt_answer_kind` when it has
+    one, else `grounding` for task names that say so (temporal_grounding_charades, *_tvg), else
+    `mcq` (every other split the paper reports is multiple choice)."""
+    kind = doc.get("paravt_answer_kind")
+    if kind in ("mcq", "grounding", "open"):
+        return str(kind)
+    name = task.lower()
+    return "grounding" if any(w in name for w in GROUNDING_TASK_WORDS) else "mcq"
 
 
 class ParaVT(lmms):
@@ -138,49 +168,56 @@ class ParaVT(lmms):
         logger.info(f"paravt: traces go to {self.trace_path}")
 
     def generate_until(self, requests: list[Instance]) -> list[str]:
-        """Run the agent on every request's video and question; return the answers, in order."""
-        answers: list[str] = []
+        """Run the agent on every request's video and question; return the answers, in order.
+
+        Over a server the samples run as a rolling pool (`concurrency` in flight); a local
+        checkpoint runs them in lockstep batches of `batch_size`. Anything the task's code raises
+        while building a request (`SystemExit` included) makes that sample an errored trace."""
+        answers: list[str] = [""] * len(requests)
+        samples: list[VideoQuestion] = []
+        where: list[int] = []
+        docs: list[dict[str, Any]] = []
         pbar = tqdm(total=len(requests), disable=self.rank != 0, desc="paravt agent")
-        for start in range(0, len(requests), self.batch_size):
-            chunk = requests[start : start + self.batch_size]
-            samples: list[VideoQuestion] = []
-            docs: list[dict[str, Any]] = []
-            traces: list[SampleTrace | None] = []
-            for req in chunk:
-                _, doc_to_messages, _, doc_id, task, split = req.args
-                doc = self.task_dict[task][split][doc_id]
-                docs.append(doc)
-                try:
-                    messages = doc_to_messages(doc)
-                    samples.append(
-                        sample_from_messages(messages, task=task, doc_id=doc_id, doc=doc)
-                    )
-                    traces.append(None)
-                except Exception as exc:
-                    traces.append(
-                        SampleTrace(
-                            task=task,
-                            doc_id=doc_id,
-                            video=None,
-                            question="",
-                            response="",
-                            error=f"unreadable request: {type(exc).__name__}: {exc}",
-                        )
-                    )
-            ran = iter(self.agent.run(samples))
-            done = [t if t is not None else next(ran) for t in traces]
-            for doc, trace in zip(docs, done):
-                trace.episode = None  # token ids and media are not kept for a whole benchmark
-                record_trace(doc, trace)
-                if trace.error:
-                    logger.warning(
-                        f"paravt: {trace.task} doc {trace.doc_id} errored: {trace.error}"
-                    )
-                answers.append(trace.response)
-            self.writer.write(done)
-            pbar.update(len(chunk))
+        for n, req in enumerate(requests):
+            _, doc_to_messages, _, doc_id, task, split = req.args
+            doc = self.task_dict[task][split][doc_id]
+            docs.append(doc)
+            try:
+                messages = doc_to_messages(doc)
+                sample = sample_from_messages(messages, task=task, doc_id=doc_id, doc=doc)
+            except BaseException as exc:
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                trace = SampleTrace(
+                    task=task,
+                    doc_id=doc_id,
+                    video=None,
+                    question="",
+                    response="",
+                    error=f"unreadable request: {type(exc).__name__}: {exc}",
+                )
+                self._finish(doc, trace)
+                pbar.update(1)
+                continue
+            samples.append(sample)
+            where.append(n)
+
+        def done(i: int, trace: SampleTrace) -> None:
+            n = where[i]
+            answers[n] = self._finish(docs[n], trace)
+            pbar.update(1)
+
+        self.agent.run(samples, on_done=done)
         pbar.close()
         return answers
+
+    def _finish(self, doc: dict[str, Any], trace: SampleTrace) -> str:
+        trace.episode = None  # token ids and media are not kept for a whole benchmark
+        record_trace(doc, trace)
+        if trace.error:
+            logger.warning(f"paravt: {trace.task} doc {trace.doc_id} errored: {trace.error}")
+        self.writer.write([trace])
+        return trace.response
 
     def generate_until_multi_round(self, requests: list[Instance]) -> list[str]:
         raise NotImplementedError(

@@ -59,9 +59,11 @@ class OpenAIEngine:
 
     `base_url`: e.g. `http://127.0.0.1:8000/v1`. `model`: the served model name. `api_key`: sent as
     a bearer token when given. `timeout_s`: per request. `max_concurrency`: requests in flight per
-    batch. `image_format`: `png` (lossless) or `jpeg`. `logprobs`: ask for per-token logprobs and
-    token ids (`return_tokens_as_token_ids`, a vLLM extension); they are recorded only when the
-    server returns both. `extra_body`: merged into every request.
+    batch. `image_format`: `png` (lossless) or `jpeg` (at `jpeg_quality`). `logprobs`: ask for
+    per-token logprobs and token ids (`return_tokens_as_token_ids`, a vLLM extension); they are
+    recorded only when the server returns both. `minimal_body`: send only `model`, `messages`,
+    `max_tokens`, `temperature` (and top_k / seed when set), as the released ParaVT driver does;
+    otherwise `top_p` and `n` too. `extra_body`: merged into every request.
     """
 
     def __init__(
@@ -73,7 +75,9 @@ class OpenAIEngine:
         timeout_s: float = 300.0,
         max_concurrency: int = 16,
         image_format: str = "png",
+        jpeg_quality: int = 90,
         logprobs: bool = False,
+        minimal_body: bool = False,
         continue_prefix: bool = True,
         extra_body: dict[str, Any] | None = None,
         transport: Any = None,
@@ -87,7 +91,11 @@ class OpenAIEngine:
         self.api_key = api_key
         self.timeout_s = timeout_s
         self.max_concurrency = max_concurrency
+        if not 1 <= jpeg_quality <= 100:
+            raise ValueError(f"jpeg_quality must be in 1..100, got {jpeg_quality}")
         self.image_format = image_format
+        self.jpeg_quality = jpeg_quality
+        self.minimal_body = minimal_body
         self.logprobs = logprobs
         self.continue_prefix = continue_prefix
         self.extra_body = dict(extra_body or {})
@@ -112,7 +120,9 @@ class OpenAIEngine:
         parts: list[dict[str, Any]] = []
         for part in message.parts:
             if isinstance(part, ImagePart):
-                url = image_data_url(part.image, fmt=self.image_format)
+                url = image_data_url(
+                    part.image, fmt=self.image_format, jpeg_quality=self.jpeg_quality
+                )
                 parts.append({"type": "image_url", "image_url": {"url": url}})
             elif part.text:
                 parts.append({"type": "text", "text": part.text})
@@ -151,9 +161,11 @@ class OpenAIEngine:
             "messages": messages,
             "max_tokens": sampling.max_new_tokens,
             "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "n": 1,
         }
+        if not self.minimal_body or sampling.top_p != 1.0:
+            body.update(top_p=sampling.top_p)
+        if not self.minimal_body:
+            body.update(n=1)
         if sampling.top_k:
             body["top_k"] = sampling.top_k
         if sampling.seed is not None:

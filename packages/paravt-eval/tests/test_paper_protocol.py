@@ -1,0 +1,321 @@
+"""protocol=paper sends what the released ParaVT driver sends, request for request.
+
+`paper_driver/driver_fixtures.json` was recorded once from the driver's own `eval_one` with a
+scripted client on bikes.mp4 (`paper_driver/record_driver_fixtures.py`). Here a recording
+OpenAI-compatible server answers with the same scripted replies, and every request `paravt-eval ask
+--protocol paper` and the lmms-eval plugin (`protocol=paper`) send must equal the driver's: roles
+and order, every text verbatim, images per message with their format and pixel size (and mean
+colour within 2 levels), max_tokens and temperature, and no other body keys.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from paravt.core.paper_protocol import (
+    driver_letter,
+    driver_span,
+    driver_time_s,
+    driver_tool_calls,
+)
+
+HERE = Path(__file__).parent / "paper_driver"
+FIXTURES = json.loads((HERE / "driver_fixtures.json").read_text(encoding="utf-8"))
+SCENARIOS: dict[str, Any] = FIXTURES["scenarios"]
+MODEL = "served-model"
+
+
+def _recorder() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "record_driver_fixtures", HERE / "record_driver_fixtures.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+RECORDER = _recorder()
+
+
+def scenario_of(body: dict[str, Any]) -> str:
+    """Which scenario a request belongs to: its first user message names the question."""
+    first_user = next(m for m in body["messages"] if m["role"] == "user")
+    content = first_user["content"]
+    text = content if isinstance(content, str) else content[-1].get("text", "")
+    hits = [n for n, s in SCENARIOS.items() if s["question"] in text]
+    assert len(hits) == 1, f"no single scenario for {text[-200:]!r}: {hits}"
+    return hits[0]
+
+
+class RecordingServer:
+    """An OpenAI-compatible chat server that records bodies and replies with the scenario's
+    scripted reply k for the request with k assistant messages."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server.lock:
+                    server.bodies.append(body)
+                name = scenario_of(body)
+                k = sum(1 for m in body["messages"] if m["role"] == "assistant")
+                text = SCENARIOS[name]["replies"][k]
+                choice = {"index": 0, "message": {"role": "assistant", "content": text}}
+                payload = json.dumps(
+                    {
+                        "id": "x",
+                        "object": "chat.completion",
+                        "choices": [choice | {"finish_reason": "stop"}],
+                    }
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def requests_of(self, name: str) -> list[dict[str, Any]]:
+        sent = [b for b in self.bodies if scenario_of(b) == name]
+        return sorted(sent, key=lambda b: len(b["messages"]))
+
+
+@pytest.fixture
+def server() -> Iterator[RecordingServer]:
+    s = RecordingServer()
+    s.thread.start()
+    yield s
+    s.httpd.shutdown()
+    s.httpd.server_close()
+
+
+def normalized(body: dict[str, Any]) -> dict[str, Any]:
+    """A request body in the fixture's form (images as format, size, mean colour, sha256)."""
+    return {
+        **{k: v for k, v in body.items() if k != "messages"},
+        "messages": [RECORDER.message_record(m) for m in body["messages"]],
+    }
+
+
+def assert_same_requests(name: str, sent: list[dict[str, Any]]) -> None:
+    recorded = SCENARIOS[name]["requests"]
+    assert len(sent) == len(recorded), (
+        f"{name}: {len(sent)} requests, the driver sent {len(recorded)}"
+    )
+    for k, (ours, theirs) in enumerate(zip((normalized(b) for b in sent), recorded)):
+        where = f"{name} request {k}"
+        assert set(ours) == set(theirs), f"{where}: body keys {sorted(ours)} vs {sorted(theirs)}"
+        for key in theirs:
+            if key != "messages":
+                assert ours[key] == theirs[key], f"{where}: {key} {ours[key]!r} vs {theirs[key]!r}"
+        assert [m["role"] for m in ours["messages"]] == [m["role"] for m in theirs["messages"]], (
+            where
+        )
+        for j, (mo, mt) in enumerate(zip(ours["messages"], theirs["messages"])):
+            at = f"{where} message {j} ({mt['role']})"
+            if isinstance(mt["content"], str):
+                assert mo["content"] == mt["content"], at
+                continue
+            assert isinstance(mo["content"], list), at
+            assert [p["type"] for p in mo["content"]] == [p["type"] for p in mt["content"]], at
+            for po, pt in zip(mo["content"], mt["content"]):
+                if pt["type"] == "text":
+                    assert po["text"] == pt["text"], at
+                else:
+                    assert (po["format"], po["size"]) == (pt["format"], pt["size"]), at
+                    diff = max(abs(a - b) for a, b in zip(po["mean_rgb"], pt["mean_rgb"]))
+                    assert diff <= 2.0, f"{at}: image mean colour differs by {diff}"
+
+
+def ask_args(name: str, base_url: str, clip: Path) -> list[str]:
+    s = SCENARIOS[name]
+    args = [
+        "ask",
+        s["question"],
+        "--video",
+        str(clip),
+        "--base-url",
+        base_url,
+        "--served-model",
+        MODEL,
+        "--protocol",
+        "paper",
+        "--prompt-mode",
+        s["prompt_mode"],
+        "--json",
+    ]
+    for option in s["options"] or []:
+        args += ["--option", option]
+    if not s["is_mcq"]:
+        args += ["--kind", "grounding"]
+    return args
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_ask_with_protocol_paper_sends_the_drivers_requests(name, server, bikes_mp4, capsys):
+    from paravt.eval.cli import main
+
+    code = main(ask_args(name, server.base_url, bikes_mp4))
+    out = capsys.readouterr().out
+    assert code == 0, out[-2000:]
+    assert_same_requests(name, server.requests_of(name))
+    trace = json.loads(out)
+    result = SCENARIOS[name]["result"]
+    assert trace["answer"] == result["pred"]  # the driver's letter / span
+    assert trace["num_tool_calls"] == result["tool_calls"]
+
+
+def _fixture_tasks(root: Path, clip: Path) -> Path:
+    """Two lmms-eval tasks over the scenarios' documents (MCQ and grounding)."""
+    root.mkdir(parents=True, exist_ok=True)
+    mcq, grounding = [], []
+    for name, s in SCENARIOS.items():
+        doc = {
+            "id": name,
+            "video": str(clip),
+            "question": s["question"],
+            "answer": "B" if s["is_mcq"] else json.dumps([2.0, 7.0]),
+            "paravt_question": s["question"],
+            "paravt_options": json.dumps(s["options"]) if s["options"] else "",
+            "paravt_answer_kind": "mcq" if s["is_mcq"] else "grounding",
+            "prompt_mode": s["prompt_mode"],
+        }
+        (mcq if s["is_mcq"] else grounding).append(doc)
+    for task, docs, process in (
+        ("paper_fixture_mcq", mcq, "process_mcq"),
+        ("paper_fixture_grounding", grounding, "process_grounding"),
+    ):
+        (root / f"{task}.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+        (root / f"{task}.yaml").write_text(
+            f"task: {task}\n"
+            "dataset_path: json\n"
+            f"dataset_kwargs:\n  data_files:\n    test: {task}.jsonl\n"
+            "test_split: test\n"
+            "output_type: generate_until\n"
+            "doc_to_visual: !function paravt.eval.synth_tasks.doc_to_visual\n"
+            "doc_to_text: !function paravt.eval.synth_tasks.doc_to_text\n"
+            "doc_to_target: answer\n"
+            f"process_results: !function paravt.eval.synth_tasks.{process}\n"
+            "metric_list:\n  - metric: avg_tool_calls\n    aggregation: mean\n"
+            "    higher_is_better: true\n"
+            "metadata:\n  version: 0.1\n"
+        )
+    return root
+
+
+@pytest.mark.parametrize("mode", ["direct", "reasoning", "agentic_general", "agentic_minimal"])
+def test_the_lmms_eval_plugin_with_protocol_paper_sends_the_drivers_requests(
+    mode, server, bikes_mp4, tmp_path
+):
+    """In-process lmms-eval (the real evaluator and task loading) with the paravt chat model."""
+    from lmms_eval import evaluator
+    from lmms_eval.tasks import TaskManager
+
+    from paravt.eval.lmms_model import ParaVT
+
+    names = [n for n, s in SCENARIOS.items() if s["prompt_mode"] == mode]
+    tasks_dir = _fixture_tasks(tmp_path / "tasks", bikes_mp4)
+    lm = ParaVT(
+        base_url=server.base_url,
+        model=MODEL,
+        protocol="paper",
+        prompt_mode=mode,
+        traces=str(tmp_path / "t.jsonl"),
+    )
+    kinds = {SCENARIOS[n]["is_mcq"] for n in names}
+    tasks = (["paper_fixture_mcq"] if True in kinds else []) + (
+        ["paper_fixture_grounding"] if False in kinds else []
+    )
+    # only this mode's documents: the others would be asked under the wrong prompt mode
+    wanted = set(names)
+    for task in tasks:
+        path = tasks_dir / f"{task}.jsonl"
+        docs = [json.loads(x) for x in path.read_text().splitlines()]
+        path.write_text("".join(json.dumps(d) + "\n" for d in docs if d["id"] in wanted))
+    evaluator.simple_evaluate(
+        model=lm,
+        tasks=tasks,
+        task_manager=TaskManager("WARNING", include_path=str(tasks_dir), model_name="paravt"),
+    )
+    for name in names:
+        assert_same_requests(name, server.requests_of(name))
+
+
+@pytest.mark.slow
+def test_the_lmms_eval_cli_with_protocol_paper_sends_the_drivers_requests(
+    server, bikes_mp4, tmp_path, offline_env
+):
+    """The real `python -m lmms_eval` command, three agentic_general scenarios in one run."""
+    names = [n for n, s in SCENARIOS.items() if s["prompt_mode"] == "agentic_general"]
+    tasks_dir = _fixture_tasks(tmp_path / "tasks", bikes_mp4)
+    path = tasks_dir / "paper_fixture_mcq.jsonl"
+    docs = [json.loads(x) for x in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs if d["id"] in names))
+    cmd = [
+        sys.executable,
+        "-m",
+        "lmms_eval",
+        "--model",
+        "paravt",
+        "--model_args",
+        f"base_url={server.base_url},model={MODEL},protocol=paper,prompt_mode=agentic_general",
+        "--tasks",
+        "paper_fixture_mcq",
+        "--include_path",
+        str(tasks_dir),
+        "--output_path",
+        str(tmp_path / "out"),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=offline_env, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for name in names:
+        assert_same_requests(name, server.requests_of(name))
+
+
+# ------------------------------------------------------------------------ the driver's reading
+
+READINGS = FIXTURES["readings"]
+
+
+@pytest.mark.parametrize(("text", "letter"), list(READINGS["extract_letter"].items()))
+def test_letters_are_extracted_as_the_driver_extracts_them(text, letter):
+    assert driver_letter(text) == letter
+
+
+@pytest.mark.parametrize(("text", "span"), list(READINGS["extract_time_from_response"].items()))
+def test_spans_are_extracted_as_the_driver_extracts_them(text, span):
+    assert driver_span(text) == span
+
+
+def test_times_and_calls_are_read_as_the_driver_reads_them():
+    import math
+
+    for value, seconds in READINGS["parse_time_val"]:
+        got = driver_time_s(value)
+        assert (math.isnan(got) and math.isnan(seconds)) or got == seconds, value
+    for text, calls in READINGS["parse_tool_calls"].items():
+        assert driver_tool_calls(text) == calls, text
