@@ -77,3 +77,45 @@ def test_sft_lowers_the_training_loss_with_a_fixed_seed(
 
     reloaded = AutoModelForImageTextToText.from_pretrained(final)
     assert all(torch.isfinite(p).all() for p in reloaded.parameters())
+
+
+def test_encoded_rows_cache_at_most_cache_rows_and_none_by_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from paravt.train import sft
+    from paravt.train.modeling import Sequence_
+
+    calls: list[int] = []
+
+    def fake_encode(encoder: object, messages: list[int]) -> Sequence_:
+        calls.append(messages[0])
+        return Sequence_([1] * (10 if messages[0] != 3 else 99), [1] * 10)
+
+    monkeypatch.setattr(sft, "encode_conversation", fake_encode)
+    rows = [[i] for i in range(4)]
+    cached = sft.EncodedRows(rows, list, None, max_length=50, cache_rows=2)
+    for i in (0, 1, 0, 2, 0, 1):
+        cached[i]
+    assert calls == [0, 1, 2, 1]  # 0 stays (recently used), 1 was dropped for 2
+    assert len(cached._cache) == 2
+    assert cached[3] == (3, None)  # longer than max_length: skipped
+    calls.clear()
+    plain = sft.EncodedRows(rows, list, None, max_length=50)
+    for i in (0, 0, 1):
+        plain[i]
+    assert calls == [0, 0, 1] and not plain._cache
+
+
+def test_step_rows_give_each_rank_its_slice_and_the_order_state_after_each_step() -> None:
+    from paravt.train.metrics import RowOrder
+    from paravt.train.sft import StepRows
+
+    order = RowOrder(6, seed=0, shuffle=False)
+    sampler = StepRows(order, per_step=2, rank=1, world=2, start=0, end=3)
+    batches = list(sampler)  # the loader runs ahead of training: the states are kept per step
+    assert batches == [[2, 3], [0, 1], [4, 5]]
+    assert sampler.state_after[1] == {"epoch": 0, "index": 4, "n": 6}
+    assert sampler.state_after[2] == {"epoch": 1, "index": 2, "n": 6}
+    resumed = RowOrder(6, seed=0, shuffle=False)
+    resumed.load(sampler.state_after[2])
+    assert list(StepRows(resumed, 2, 1, 2, start=2, end=3)) == [[4, 5]]

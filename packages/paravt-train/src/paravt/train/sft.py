@@ -14,6 +14,7 @@ import math
 import random
 import shutil
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -132,8 +133,9 @@ def _load_examples(recipe: SFTRecipe) -> list[Any]:
 class EncodedRows(torch.utils.data.Dataset):  # type: ignore[type-arg]
     """Row index -> (index, encoded `Sequence_` or None when longer than `max_length`).
 
-    Frames are decoded and tokenised here, in DataLoader workers, and nothing is cached: host
-    memory holds only the batches in flight (workers x prefetch)."""
+    Frames are decoded and tokenised here, in DataLoader workers. Host memory holds the batches
+    in flight (workers x prefetch) plus, when `cache_rows` > 0, at most that many encoded rows per
+    worker (least recently used dropped first); 0 caches nothing."""
 
     def __init__(
         self,
@@ -141,18 +143,28 @@ class EncodedRows(torch.utils.data.Dataset):  # type: ignore[type-arg]
         to_messages: Callable[[Any], list[Message]],
         encoder: Any,
         max_length: int,
+        cache_rows: int = 0,
     ) -> None:
         self.rows, self.to_messages, self.encoder = rows, to_messages, encoder
         self.max_length = max_length
+        self.cache_rows = cache_rows
+        self._cache: OrderedDict[int, Sequence_ | None] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def __getitem__(self, i: int) -> tuple[int, Sequence_ | None]:
-        seq = encode_conversation(self.encoder, self.to_messages(self.rows[i]))
-        if len(seq) > self.max_length:
+        if i in self._cache:
+            self._cache.move_to_end(i)
+            return i, self._cache[i]
+        seq: Sequence_ | None = encode_conversation(self.encoder, self.to_messages(self.rows[i]))
+        if seq is not None and len(seq) > self.max_length:
             log.warning("row %d has %d tokens > sft.max_length; skipped", i, len(seq))
-            return i, None
+            seq = None
+        if self.cache_rows > 0:
+            self._cache[i] = seq
+            while len(self._cache) > self.cache_rows:
+                self._cache.popitem(last=False)
         return i, seq
 
 
@@ -244,7 +256,9 @@ def train_sft(
     sampler = StepRows(order, per_step, rank, world, start, recipe.max_steps)
     workers = recipe.sft.num_workers
     loader = torch.utils.data.DataLoader(
-        EncodedRows(rows, to_messages, encoder, recipe.sft.max_length),
+        EncodedRows(
+            rows, to_messages, encoder, recipe.sft.max_length, cache_rows=recipe.sft.cache_rows
+        ),
         batch_sampler=sampler,
         collate_fn=_as_list,
         num_workers=workers,
