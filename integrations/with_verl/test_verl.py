@@ -12,15 +12,12 @@ from __future__ import annotations
 import copy
 import importlib.metadata
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from shared import CASES, direct, readme_block, readme_tested_version, tokenizer_dir, verl_metrics
 
 import paravt.rewards.integrations.verl as adapter

@@ -1,0 +1,6 @@
+"""Makes `shared` (the completions, direct scores and README recipes) importable by every test."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))

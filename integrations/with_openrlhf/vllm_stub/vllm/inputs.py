@@ -1,0 +1,3 @@
+"""vLLM stand-in: `TokensPrompt` (a dict of token ids)."""
+
+TokensPrompt = dict
