@@ -182,8 +182,9 @@ def test_weight_push_from_disk_changes_the_servers_logprobs_to_the_trainers(
         want = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None]).squeeze(-1).tolist()
         assert max(abs(a - b) for a, b in zip(after, before)) > 1e-2  # the weights changed
         assert after == pytest.approx(want, abs=1e-4)  # ... to the trainer's
-        (event,) = srv.fake.events
+        start, event = srv.fake.events
         assert event["weight_version"] == "step-1" and event["tensors"] == len(trainer.state_dict())
+        assert event["probe_logprobs"] != start["probe_logprobs"]
         out = asyncio.run(
             engine.generate([prompt(engine, False)], SamplingParams(max_new_tokens=3))
         )
@@ -293,9 +294,10 @@ def test_memory_release_and_resume_reach_the_server(tiny_model_path: Path) -> No
         engine.resume_memory()
         asyncio.run(engine.generate([prompt(engine, False)], SamplingParams(max_new_tokens=2)))
         assert [e["event"] for e in srv.fake.events] == [
+            "start",
             "release_memory_occupation",
             "resume_memory_occupation",
         ]
-        assert srv.fake.events[0]["tags"] == ["kv_cache"]
+        assert srv.fake.events[1]["tags"] == ["kv_cache"]
     finally:
         srv.shutdown()

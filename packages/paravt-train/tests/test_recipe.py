@@ -37,7 +37,8 @@ def test_reference_paragrpo_recipe_carries_the_paper_settings() -> None:
     )
     assert (r.advantage.reward_scaling, r.advantage.reward_bias) == (10.0, -0.2)
     assert r.gating.enabled and r.gating.choices == (4, 8, 16, 32, 64)
-    assert r.distributed.strategy == "fsdp2" and r.rollout.engine == "sglang"
+    assert r.distributed.strategy == "fsdp2" and r.rollout.engine == "sglang_server"
+    assert r.rollout.server.urls == ["http://127.0.0.1:30000"] and r.rollout.server.verify_sync
     vanilla = load_recipe("vanilla_grpo_8b")
     assert isinstance(vanilla, RLRecipe)
     assert not vanilla.gating.enabled and not vanilla.rollout.think_prefix

@@ -9,7 +9,8 @@ It serves `GET /health`, `GET /get_model_info`, `GET /get_weight_version`, `POST
 /update_weights_from_disk` (safetensors under `model_path`, tagged `weight_version`), `POST
 /flush_cache`, `POST /release_memory_occupation`, `POST /resume_memory_occupation`; replies use
 SGLang's field names. `GET /fake/events` returns what it was asked to do (weight updates with their
-versions, memory release/resume) for tests.
+versions and the log-probs of a fixed probe sequence right after each load, memory release/resume)
+and `GET /fake/generated` the generation requests served per weight version, for tests.
 
 Differences from SGLang, on purpose: image pads are expanded from the image grid directly (SGLang
 decodes the ids to text and re-tokenizes); one request is generated at a time (no continuous
@@ -36,8 +37,11 @@ log = logging.getLogger("paravt.core.fake_sglang")
 class FakeSGLang:
     """The model side: generation, scoring and weight loading over an `HFEngine`."""
 
+    PROBE_TEXT = "<|im_start|>user\nWhat colour is the square?<|im_end|>\n<|im_start|>assistant\n"
+
     def __init__(self, model_path: str | Path, *, weight_version: str = "default") -> None:
         from paravt.core.engines.hf import HFEngine
+        from paravt.core.runtime import Trajectory
 
         self.model_path = str(model_path)
         self.engine = HFEngine(self.model_path)
@@ -45,8 +49,18 @@ class FakeSGLang:
         self.weight_version = weight_version
         self.released = False
         self.events: list[dict[str, Any]] = []
+        self.generated_by_version: dict[str, int] = {}
         self.lock = threading.Lock()
         self.requests = 0
+        # A fixed sequence scored after every weight load: tests compare it with the trainer's.
+        ids = self.engine.tokenizer(self.PROBE_TEXT, add_special_tokens=False)["input_ids"]
+        self.probe = Trajectory("main", token_ids=list(ids))
+        self.events.append(
+            {"event": "start", "weight_version": weight_version, **self._probe_record()}
+        )
+
+    def _probe_record(self) -> dict[str, Any]:
+        return {"probe_ids": self.probe.token_ids, "probe_logprobs": self.score(self.probe)}
 
     # ---------------------------------------------------------------------------------- requests
 
@@ -118,6 +132,10 @@ class FakeSGLang:
             "weight_version": self.weight_version,
         }
         self.requests += 1
+        if max_new > 0:
+            with self.lock:
+                n = self.generated_by_version.get(self.weight_version, 0)
+                self.generated_by_version[self.weight_version] = n + 1
         if max_new == 0:  # score the prompt
             lps = self.score(traj)
             meta.update(
@@ -190,6 +208,7 @@ class FakeSGLang:
                 "weight_version": self.weight_version,
                 "tensors": len(state),
                 "time": time.time(),
+                **self._probe_record(),
             }
         )
         return {
@@ -241,6 +260,8 @@ def make_handler(fake: FakeSGLang) -> type[BaseHTTPRequestHandler]:
                 self._send(200, {"weight_version": fake.weight_version})
             elif self.path == "/fake/events":
                 self._send(200, fake.events)
+            elif self.path == "/fake/generated":
+                self._send(200, fake.generated_by_version)
             elif self.path == "/flush_cache":
                 self._send(200, {"success": True})
             else:

@@ -1,4 +1,4 @@
-"""`paravt-train`: sft, rl, materialize, plot and smoke subcommands.
+"""`paravt-train`: sft, rl, materialize, plot, smoke and doctor subcommands.
 
 Heavy imports (torch, transformers) happen inside the subcommands, so `--help` is instant.
 """
@@ -98,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("runs/smoke"), help="run directory")
     p.add_argument("--sft-steps", type=int, default=None, help="override tiny_sft max_steps")
     p.add_argument("--rl-steps", type=int, default=None, help="override tiny_paragrpo max_steps")
+
+    from paravt.train.doctor import add_parser as add_doctor_parser
+
+    add_doctor_parser(sub)
     return parser
 
 
@@ -149,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         out = plot_runs(args.runs, args.out)
         print(f"wrote {out}")
         return 0
+    if args.command == "doctor":
+        from paravt.train.doctor import run as run_doctor
+
+        return run_doctor(args.server, args.recipe, args.overrides)
     if args.command == "smoke":
         from paravt.train.smoke import run_smoke
 

@@ -247,11 +247,63 @@ class SFTRecipe(_RecipeBase):
 # RL
 
 
+class SGLangServerSpec(_Strict):
+    urls: list[str] = Field(
+        default_factory=list,
+        description="Where rollout requests go: one sglang_router URL, or every "
+        "`python -m sglang.launch_server` URL (http://host:port).",
+    )
+    weight_urls: list[str] | None = Field(
+        None,
+        description="The servers weight updates go to (default: urls). Behind a router, list "
+        "the servers themselves.",
+    )
+    weight_sync: Literal["disk", "distributed"] = Field(
+        "disk",
+        description="'disk': rank 0 writes safetensors to weight_dir, servers load them "
+        "(/update_weights_from_disk); 'distributed': an NCCL group with the servers "
+        "(/update_weights_from_distributed; untested: no GPU was available).",
+    )
+    weight_dir: str | None = Field(
+        None,
+        description="Where rank 0 writes the weights for the servers; the SAME path must be "
+        "readable on the rollout machines (default: <output_dir>/rollout_weights).",
+    )
+    master_address: str = Field(
+        "127.0.0.1", description="'distributed' sync: address of trainer rank 0 for the group."
+    )
+    master_port: int = Field(29600, description="'distributed' sync: port of that group.")
+    server_ranks: list[int] | None = Field(
+        None, description="'distributed' sync: GPUs per server (tp x dp); default 1 each."
+    )
+    colocate: bool = Field(
+        False,
+        description="Rollout servers share GPUs with training: release their memory during the "
+        "update and resume it before the weight push (servers need --enable-memory-saver).",
+    )
+    timeout_s: float = Field(900.0, gt=0, description="One generation request at most.")
+    connect_timeout_s: float = Field(10.0, gt=0, description="Opening a connection at most.")
+    retries: int = Field(3, ge=0, description="Extra attempts on connection errors and 5xx.")
+    backoff_s: float = Field(0.5, ge=0, description="First wait between attempts (doubles).")
+    max_in_flight: int = Field(256, ge=1, description="Requests open at once per trainer rank.")
+    verify_sync: bool = Field(
+        False,
+        description="After every push, compare the servers' log-probs of a fixed sequence with the "
+        "policy's (metric sync/logprob_max_abs_diff; one small forward pass).",
+    )
+
+
 class RolloutSpec(_Strict):
-    engine: Literal["hf", "sglang"] = Field(
+    engine: Literal["hf", "sglang_server"] = Field(
         "hf",
         description="'hf': in-process transformers engine sharing the policy's weights; "
-        "'sglang': SGLang offline engine on GPU, weights pushed after every optimiser step.",
+        "'sglang_server': SGLang servers (rollout.server.urls), weights pushed from trainer "
+        "rank 0 after every optimiser step.",
+    )
+    schedule: Literal["async", "lockstep"] = Field(
+        "async",
+        description="'async': every episode moves on its own (generate -> calls -> sub-agents -> "
+        "next turn); 'lockstep': all episodes of a rank advance turn by turn together.",
     )
     batch_prompts: int = Field(7, ge=1, description="Prompts per step (over all ranks).")
     group_size: int = Field(8, ge=1, description="Rollouts per prompt (the GRPO group).")
@@ -271,9 +323,20 @@ class RolloutSpec(_Strict):
     prompt_mode: Literal["direct", "reasoning", "agentic_general", "agentic_minimal"] = Field(
         "agentic_general", description="System prompt of the main agent (paravt.core.prompts)."
     )
-    sglang: dict[str, Any] = Field(
-        default_factory=dict, description="Extra keyword arguments of sglang.Engine (GPU only)."
+    server: SGLangServerSpec = Field(
+        default_factory=lambda: SGLangServerSpec(),
+        description="The SGLang servers of rollout.engine=sglang_server.",
     )
+
+    @model_validator(mode="after")
+    def _server_urls(self) -> RolloutSpec:
+        if self.engine == "sglang_server" and not self.server.urls:
+            raise ValueError(
+                "rollout.engine=sglang_server needs rollout.server.urls, e.g. "
+                "rollout.server.urls=[http://127.0.0.1:30000] (start the server with "
+                "python -m sglang.launch_server; see paravt-train's README, Launch)"
+            )
+        return self
 
 
 class GatingSpec(_Strict):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ from paravt.train.distributed import (
     Backend,
     all_gather_floats,
     all_reduce_mean,
+    all_reduce_sum,
+    barrier,
     init_distributed,
     shard_like_policy,
 )
@@ -71,6 +74,7 @@ def agent_config(recipe: RLRecipe, *, seed: int | None) -> AgentConfig:
         dispatch=r.dispatch,
         tool_response=r.tool_response,
         think_prefix=r.think_prefix,
+        schedule=r.schedule,
         max_num_frames=recipe.video.max_crop_frames,
         sampling=SamplingParams(
             max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, seed=seed
@@ -445,7 +449,10 @@ class PolicyEngine:
     - hf under FSDP2 / ZeRO-3: `HFEngine` on an unsharded inference replica (generation cannot
       run on the sharded module: ranks generate different numbers of tokens), refreshed bucket by
       bucket after each step;
-    - sglang: `paravt.core.engines.sglang.SGLangEngine`, weights pushed bucket by bucket.
+    - sglang_server: `paravt.core.engines.sglang_server.SGLangServerEngine` over SGLang servers
+      (`rollout.server.urls`); after every optimiser step trainer rank 0 pushes the weights (from
+      disk: safetensors shards written bucket by bucket, then `/update_weights_from_disk`; or over
+      an NCCL group), every rank waits at a barrier and then expects the new weight version.
 
     Weights travel as `Backend.iter_full_state` buckets: gathered one tensor at a time, at most
     `WEIGHT_BUCKET_BYTES` at once, never the whole model gathered on one GPU.
@@ -460,22 +467,41 @@ class PolicyEngine:
         processor: Any,
         model_path: Any,
         device: torch.device,
+        *,
+        step: int = 0,
     ) -> None:
         self.kind = recipe.rollout.engine
         self.backend = backend
         self.replica: Any = None
+        self.step = step
+        self.model_path = Path(model_path)
+        self.device = device
         self.engine = self._build(recipe, processor, model_path, device)
+        if self.kind == "sglang_server":
+            self._sync_server()  # the servers start from the policy (also after a resume)
 
     def _build(
         self, recipe: RLRecipe, processor: Any, model_path: Any, device: torch.device
     ) -> Any:
-        if self.kind == "sglang":
-            from paravt.core.engines.sglang import SGLangEngine
+        if self.kind == "sglang_server":
+            from paravt.core.engines.sglang_server import SGLangServerEngine
 
-            # GPU only, written against SGLang's documented offline-engine API; untested here.
-            return SGLangEngine(
-                processor=processor, model_path=str(model_path), engine_kwargs=recipe.rollout.sglang
+            spec = recipe.rollout.server
+            self.server = spec
+            self.weight_dir = Path(spec.weight_dir or Path(recipe.output_dir) / "rollout_weights")
+            self.weight_group: Any = None
+            engine = SGLangServerEngine(
+                spec.urls,
+                processor,
+                weight_urls=spec.weight_urls,
+                timeout_s=spec.timeout_s,
+                connect_timeout_s=spec.connect_timeout_s,
+                retries=spec.retries,
+                backoff_s=spec.backoff_s,
+                max_in_flight=spec.max_in_flight,
             )
+            engine.health()  # every rank: fail fast, naming the servers that do not answer
+            return engine
         from paravt.core.engines.hf import HFEngine
 
         if not self.backend.sharded:
@@ -489,23 +515,102 @@ class PolicyEngine:
         self.sync()
         return HFEngine(self.replica, processor)
 
-    def sync(self) -> None:
+    def sync(self) -> dict[str, float]:
         """Make the engine generate with the policy's current weights (collective when the
         policy is sharded: every rank calls it)."""
-        if self.kind != "sglang" and self.replica is None:
-            return  # the engine holds the policy module itself
+        if self.kind == "sglang_server":
+            self.step += 1
+            return self._sync_server()
+        if self.replica is None:
+            return {}  # the engine holds the policy module itself
         for bucket in self.backend.iter_full_state(bucket_bytes=self.WEIGHT_BUCKET_BYTES):
             self._push(bucket)
+        return {}
+
+    def before_update(self) -> None:
+        """Colocated rollout servers (`rollout.server.colocate`) give their GPU memory to the
+        update; `sync` takes it back before pushing the new weights."""
+        if self.kind == "sglang_server" and self.server.colocate and _is_rank0():
+            self.engine.release_memory()
+
+    def _sync_server(self) -> dict[str, float]:
+        """Push the policy's weights to the servers as version `step-<step>`: every rank gathers
+        the full state bucket by bucket (collective), rank 0 writes or broadcasts it and asks the
+        servers to load it, all ranks meet at a barrier, then expect the new version."""
+        t0 = time.perf_counter()
+        version = f"step-{self.step}"
+        spec = self.server
+        bucket_bytes = self.WEIGHT_BUCKET_BYTES
+        if spec.weight_sync == "distributed":
+            buckets = self.backend.iter_full_state(bucket_bytes=bucket_bytes, device=self.device)
+        else:
+            buckets = self.backend.iter_full_state(bucket_bytes=bucket_bytes, device="cpu")
+        if _is_rank0():
+            if spec.colocate:
+                self.engine.resume_memory()
+            named = (item for bucket in buckets for item in bucket)
+            if spec.weight_sync == "distributed":
+                if self.weight_group is None:
+                    self.weight_group = self.engine.init_weight_update_group(
+                        spec.master_address, spec.master_port, server_ranks=spec.server_ranks
+                    )
+                self.engine.push_weights_distributed(
+                    named, version, self.weight_group, bucket_bytes=bucket_bytes
+                )
+            else:
+                configs = [
+                    self.model_path / f
+                    for f in ("config.json", "generation_config.json")
+                    if (self.model_path / f).is_file()
+                ]
+                target = self.engine.push_weights_from_disk(
+                    named, self.weight_dir, version, config_files=configs
+                )
+                for old in self.weight_dir.iterdir():  # only the version the servers hold stays
+                    if old != target and old.name.startswith("step-"):
+                        shutil.rmtree(old, ignore_errors=True)
+        else:
+            for _ in buckets:  # the gather is collective: every rank iterates to the end
+                pass
+        barrier()
+        self.engine.expected_weight_version = version
+        metrics = {"sync/push_s": time.perf_counter() - t0}
+        if spec.verify_sync:
+            metrics["sync/logprob_max_abs_diff"] = self._verify_sync()
+        return metrics
+
+    def _verify_sync(self) -> float:
+        """The largest difference between the server's log-probs of a fixed sequence and the
+        policy's own (temperature 1). Collective: every rank runs the forward pass."""
+        text = "<|im_start|>user\nWhat colour is the square?<|im_end|>\n<|im_start|>assistant\n"
+        ids = self.engine.tokenizer(text, add_special_tokens=False)["input_ids"]
+        seq = Sequence_(list(ids), [1] * len(ids), [], [0.0] * len(ids), [0.0] * len(ids))
+        batch = collate(
+            [seq],
+            pad_id=self.engine.pad_token_id,
+            image_token_id=self.engine.image_token_id,
+            device=self.device,
+        )
+        with torch.no_grad():
+            mine = token_logprobs(self.backend.forward_module(), batch)[0, 1:].float().cpu()
+        diff = 0.0
+        if _is_rank0():
+            theirs = torch.tensor(self.engine.score(ids))
+            diff = float((theirs - mine).abs().max())
+        return all_reduce_sum([diff])[0]
 
     def _push(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
-        if self.kind == "sglang":
-            self.engine.sync_weights(bucket)  # names as in the HF checkpoint
-            return
         targets = self.replica.state_dict()
         with torch.no_grad():
             for name, tensor in bucket:
                 if name in targets:
                     targets[name].copy_(tensor)
+
+
+def _is_rank0() -> bool:
+    import torch.distributed as dist
+
+    return not dist.is_initialized() or dist.get_rank() == 0
 
 
 # --------------------------------------------------------------------------------------------------
@@ -590,7 +695,7 @@ def train_rl(
     elif rank == 0 and (out / "metrics.jsonl").exists():
         (out / "metrics.jsonl").unlink()
 
-    policy = PolicyEngine(recipe, backend, processor, ckpt or init_path, device)
+    policy = PolicyEngine(recipe, backend, processor, ckpt or init_path, device, step=start)
     engine = policy.engine if wrap_engine is None else wrap_engine(policy.engine)
     if frames is None:
         from paravt.train.frames import FrameSource
@@ -624,6 +729,7 @@ def train_rl(
         seqs = training_sequences(ro, recipe, policy.engine, reward_config)
         t2 = time.perf_counter()
         metrics = episode_metrics(ro)
+        policy.before_update()
         metrics.update(
             update(
                 backend,
@@ -636,7 +742,7 @@ def train_rl(
                 filler=filler,
             )
         )
-        policy.sync()
+        metrics.update(policy.sync())
         t3 = time.perf_counter()
         generated = sum(s.num_generated for ep in ro.episodes for s in [ep.main, *ep.subagents])
         metrics.update(

@@ -48,7 +48,7 @@ import json
 import logging
 import time
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,23 +79,44 @@ def _as_urls(urls: str | Sequence[str]) -> list[str]:
     return out
 
 
-def bucket_tensors(
+def iter_buckets(
     named: Iterable[tuple[str, Any]], bucket_bytes: int
-) -> list[list[tuple[str, Any]]]:
-    """Split `(name, tensor)` pairs, in order, into buckets of at most about `bucket_bytes` (a
-    tensor larger than a bucket gets a bucket of its own)."""
+) -> Iterator[list[tuple[str, Any]]]:
+    """`(name, tensor)` pairs, in order, in buckets of at most about `bucket_bytes` (a tensor
+    larger than a bucket gets a bucket of its own), yielded as they fill: one bucket in memory."""
     if bucket_bytes < 1:
         raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
-    buckets: list[list[tuple[str, Any]]] = [[]]
+    bucket: list[tuple[str, Any]] = []
     size = 0
     for name, tensor in named:
         nbytes = int(tensor.numel()) * int(tensor.element_size())
-        if buckets[-1] and size + nbytes > bucket_bytes:
-            buckets.append([])
-            size = 0
-        buckets[-1].append((name, tensor))
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
         size += nbytes
-    return [b for b in buckets if b]
+    if bucket:
+        yield bucket
+
+
+def bucket_tensors(
+    named: Iterable[tuple[str, Any]], bucket_bytes: int
+) -> list[list[tuple[str, Any]]]:
+    """All of `iter_buckets` as a list."""
+    return list(iter_buckets(named, bucket_bytes))
+
+
+def _with_last(items: Iterable[Any]) -> Iterator[tuple[Any, bool]]:
+    """`(item, is_last)` pairs, holding one item back."""
+    it = iter(items)
+    try:
+        held = next(it)
+    except StopIteration:
+        return
+    for item in it:
+        yield held, False
+        held = item
+    yield held, True
 
 
 class SGLangServerEngine(HFChatEncoder):
@@ -478,7 +499,7 @@ class SGLangServerEngine(HFChatEncoder):
         load_format: str | None = None,
     ) -> Path:
         """Save `(name, tensor)` pairs (checkpoint names) as safetensors shards of about
-        `shard_bytes` under `directory/<version>/` (with the `config_files` copied beside them),
+        `shard_bytes` (written as they fill, one in memory at a time) under `directory/<version>/` (with the `config_files` copied beside them),
         then ask every weight URL to load them (`/update_weights_from_disk`) as `version`.
 
         `directory` must be readable by the servers under the same path (a shared or local disk).
@@ -493,19 +514,19 @@ class SGLangServerEngine(HFChatEncoder):
         tmp = target.with_name(target.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        buckets = bucket_tensors(
-            ((n, t.detach().contiguous().cpu()) for n, t in named_tensors), shard_bytes
-        )
-        if not buckets:
-            raise ValueError("push_weights_from_disk: no tensors to send")
         index: dict[str, str] = {}
         total = 0
-        for k, bucket in enumerate(buckets):
-            fname = f"model-{k + 1:05d}-of-{len(buckets):05d}.safetensors"
+        shards = iter_buckets(
+            ((n, t.detach().contiguous().cpu()) for n, t in named_tensors), shard_bytes
+        )
+        for k, bucket in enumerate(shards):  # one shard in memory at a time
+            fname = f"model-{k + 1:05d}.safetensors"
             save_file(dict(bucket), str(tmp / fname), metadata={"format": "pt"})
             for name, tensor in bucket:
                 index[name] = fname
                 total += int(tensor.numel()) * int(tensor.element_size())
+        if not index:
+            raise ValueError("push_weights_from_disk: no tensors to send")
         (tmp / "model.safetensors.index.json").write_text(
             json.dumps({"metadata": {"total_size": total}, "weight_map": index}, indent=1)
         )
@@ -531,17 +552,14 @@ class SGLangServerEngine(HFChatEncoder):
     ) -> int:
         """Broadcast `(name, tensor)` pairs from this process (rank 0 of `group`, see
         `init_weight_update_group`) to the servers, one `/update_weights_from_distributed` request
-        per bucket of about `bucket_bytes` (names, dtypes, shapes), the last one tagging
-        `version`. Tensors must live on the group's device. UNTESTED against SGLang (no GPU here).
+        per bucket of about `bucket_bytes` (names, dtypes, shapes), the last one flushing the
+        cache and tagging `version`; at most two buckets are held at once. Tensors must live on the group's device. UNTESTED against SGLang (no GPU here).
         Returns the number of tensors sent."""
         import threading
 
-        named = list(named_tensors)
-        buckets = bucket_tensors(named, bucket_bytes)
-        if not buckets:
-            raise ValueError("push_weights_distributed: no tensors to send")
-        for k, bucket in enumerate(buckets):
-            last = k == len(buckets) - 1
+        sent = 0
+        for bucket, last in _with_last(iter_buckets(named_tensors, bucket_bytes)):
+            sent += len(bucket)
             body: dict[str, Any] = {
                 "names": [n for n, _ in bucket],
                 "dtypes": [str(t.dtype).removeprefix("torch.") for _, t in bucket],
@@ -572,8 +590,10 @@ class SGLangServerEngine(HFChatEncoder):
                 )
             if errors:
                 raise errors[0]
+        if not sent:
+            raise ValueError("push_weights_distributed: no tensors to send")
         self.expected_weight_version = str(version)
-        return len(named)
+        return sent
 
     def init_weight_update_group(
         self,

@@ -1,0 +1,204 @@
+"""`paravt-train doctor`: what a GPU run needs, checked on this machine, with what is wrong and the fix.
+
+Checks: Python, torch and transformers versions; CUDA (devices, free memory per device), NCCL,
+cuDNN (below 9.15 with torch 2.9+, Qwen-VL vision towers' Conv3d falls back to a slow, memory-hungry
+kernel and SGLang refuses to start or stalls on multimodal requests: pytorch/pytorch#174051,
+sgl-project/sglang#14564); SGLang's version when it is installed here (it need not be: servers
+may run elsewhere), `SGLANG_RETURN_ORIGINAL_LOGPROB` (it would make rollout log-probs
+pre-temperature, unlike the trainer's); and every SGLang server given with `--server` (or in a
+recipe's `rollout.server.urls`): `/health`, `/get_model_info`, its weight version.
+
+Every finding is OK, WARN or FAIL; the exit status is 1 when anything FAILs. Works without CUDA
+(it reports "no CUDA").
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+CUDNN_MIN = (9, 15)  # below: the Conv3d fallback behind the SGLang multimodal hang (see above)
+FREE_MEMORY_WARN = 0.5  # a trainer GPU with less than half its memory free is probably in use
+
+
+@dataclass
+class Finding:
+    level: str  # OK, WARN, FAIL
+    what: str
+    detail: str
+
+    def line(self) -> str:
+        return f"[{self.level:<4}] {self.what}: {self.detail}"
+
+
+def _version(module: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(module)
+    except Exception:
+        return None
+
+
+def _cudnn_tuple(raw: int) -> tuple[int, int, int]:
+    """torch.backends.cudnn.version() as (major, minor, patch): 90100 is 9.1.0, 8902 is 8.9.2."""
+    if raw >= 10000:
+        return raw // 10000, raw // 100 % 100, raw % 100
+    return raw // 1000, raw // 100 % 10, raw % 100
+
+
+def check_stack() -> list[Finding]:
+    """Python, torch, transformers, CUDA, NCCL, cuDNN, GPU memory, SGLang."""
+    out = [Finding("OK", "python", platform.python_version())]
+    try:
+        import torch
+    except ImportError:
+        return [*out, Finding("FAIL", "torch", "not installed: pip install 'paravt-train'")]
+    torch_version = torch.__version__.split("+")[0]
+    out.append(Finding("OK", "torch", torch.__version__))
+    tf = _version("transformers")
+    out.append(Finding("OK" if tf else "FAIL", "transformers", tf or "not installed"))
+    if not torch.cuda.is_available():
+        out.append(
+            Finding(
+                "FAIL",
+                "cuda",
+                "no CUDA: torch sees no GPU (CPU build, no driver, or CUDA_VISIBLE_DEVICES empty); "
+                "this machine can run the CPU rehearsals only",
+            )
+        )
+    else:
+        n = torch.cuda.device_count()
+        out.append(Finding("OK", "cuda", f"{n} device(s), CUDA {torch.version.cuda}"))
+        for i in range(n):
+            free, total = torch.cuda.mem_get_info(i)
+            name = torch.cuda.get_device_name(i)
+            level = "OK" if free / total >= FREE_MEMORY_WARN else "WARN"
+            detail = f"{name}: {free / 2**30:.1f} of {total / 2**30:.1f} GiB free"
+            if level == "WARN":
+                detail += " (something else holds it: another job, or a rollout server here)"
+            out.append(Finding(level, f"gpu {i}", detail))
+        try:
+            nccl = ".".join(str(x) for x in torch.cuda.nccl.version())
+            out.append(Finding("OK", "nccl", nccl))
+        except Exception as exc:
+            out.append(Finding("FAIL", "nccl", f"not usable: {exc}"))
+    out.append(check_cudnn(torch_version, _cudnn_raw(torch)))
+    sg = _version("sglang")
+    if sg is None:
+        out.append(
+            Finding("OK", "sglang", "not installed here (fine when the servers run elsewhere)")
+        )
+    else:
+        out.append(Finding("OK", "sglang", sg))
+    if os.environ.get("SGLANG_RETURN_ORIGINAL_LOGPROB", "").lower() in ("1", "true", "yes"):
+        out.append(
+            Finding(
+                "WARN",
+                "SGLANG_RETURN_ORIGINAL_LOGPROB",
+                "set: servers started from this shell return log-probs before temperature "
+                "scaling, the trainer computes them after; unset it",
+            )
+        )
+    return out
+
+
+def _cudnn_raw(torch: Any) -> int | None:
+    try:
+        if not torch.backends.cudnn.is_available():
+            return None
+        raw = torch.backends.cudnn.version()
+        return int(raw) if raw else None
+    except Exception:
+        return None
+
+
+def check_cudnn(torch_version: str, raw: int | None) -> Finding:
+    """cuDNN against the Conv3d fallback behind the SGLang multimodal hang (torch 2.9+, < 9.15)."""
+    if raw is None:
+        return Finding(
+            "WARN", "cudnn", "not available (no CUDA build); GPU runs need cuDNN >= 9.15"
+        )
+    version = _cudnn_tuple(raw)
+    text = ".".join(str(x) for x in version)
+    major_minor = tuple(int(x) for x in torch_version.split(".")[:2] if x.isdigit())
+    if version[:2] < CUDNN_MIN and major_minor >= (2, 9):
+        return Finding(
+            "FAIL",
+            "cudnn",
+            f"{text} with torch {torch_version}: below 9.15, the vision tower's Conv3d falls back "
+            "to a slow, memory-hungry kernel and SGLang stalls on multimodal requests "
+            "(pytorch/pytorch#174051, sgl-project/sglang#14564); "
+            "pip install 'nvidia-cudnn-cu12>=9.15' (or -cu13 to match your CUDA)",
+        )
+    return Finding("OK", "cudnn", text)
+
+
+def check_servers(urls: Sequence[str], timeout_s: float = 5.0) -> list[Finding]:
+    """`/health` and `/get_model_info` of every SGLang server URL."""
+    import httpx
+
+    out = []
+    for url in urls:
+        base = url.rstrip("/")
+        try:
+            health = httpx.get(base + "/health", timeout=timeout_s)
+            if health.status_code != 200:
+                raise RuntimeError(f"/health answered HTTP {health.status_code}")
+            info = httpx.get(base + "/get_model_info", timeout=timeout_s).json()
+        except Exception as exc:
+            out.append(
+                Finding(
+                    "FAIL",
+                    f"server {base}",
+                    f"unreachable ({type(exc).__name__}: {exc}); start it with "
+                    "python -m sglang.launch_server --model-path ... --host 0.0.0.0 --port ...",
+                )
+            )
+            continue
+        model = info.get("model_path") if isinstance(info, dict) else None
+        version = info.get("weight_version") if isinstance(info, dict) else None
+        detail = f"healthy, model {model}, weight version {version}"
+        level = "OK"
+        if version is None:
+            level = "WARN"
+            detail += " (no weight_version: needs an SGLang that reports it to check rollouts)"
+        out.append(Finding(level, f"server {base}", detail))
+    return out
+
+
+def recipe_urls(name: str, overrides: Sequence[str]) -> list[str]:
+    """The rollout server URLs of a recipe (empty for the hf engine)."""
+    from paravt.train.recipe import RLRecipe, load_recipe
+
+    recipe = load_recipe(name, list(overrides))
+    if not isinstance(recipe, RLRecipe) or recipe.rollout.engine != "sglang_server":
+        return []
+    spec = recipe.rollout.server
+    return list(dict.fromkeys([*spec.urls, *(spec.weight_urls or [])]))
+
+
+def run(
+    servers: Sequence[str] = (), recipe: str | None = None, overrides: Sequence[str] = ()
+) -> int:
+    """Print every finding; 1 when anything FAILs."""
+    urls = list(servers)
+    if recipe:
+        urls += recipe_urls(recipe, overrides)
+    findings = check_stack() + check_servers(list(dict.fromkeys(urls)))
+    for f in findings:
+        print(f.line())
+    failed = [f for f in findings if f.level == "FAIL"]
+    print(f"{len(failed)} problem(s)" if failed else "all checks passed")
+    return 1 if failed else 0
+
+
+def add_parser(sub: Any) -> None:
+    """The `doctor` subcommand of `paravt-train`."""
+    p = sub.add_parser("doctor", help="check what a GPU run needs (CUDA, NCCL, cuDNN, servers)")
+    p.add_argument("--server", action="append", default=[], help="an SGLang server URL to check")
+    p.add_argument("--recipe", help="also check this RL recipe's rollout.server.urls")
+    p.add_argument("overrides", nargs="*", help="recipe overrides key=value")
