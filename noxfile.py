@@ -157,6 +157,73 @@ def bench(session: nox.Session) -> None:
         session.run("python", str(script))
 
 
+# `nox -s integrations`: each framework at its tested version in its own venv with CPU torch, and
+# integrations/with_<framework>/ driving that framework's own reward-calling code
+# (paravt.rewards.integrations.TESTED_VERSIONS and the README's "Tested with" must match the pins).
+# TRL (trl==1.16.0) is covered in the tests venv: packages/paravt-rewards/tests/test_trl_grpo.py.
+INTEGRATIONS: dict[str, list[list[str]]] = {
+    # installed as a user would: `pip install verl==0.9.1` (its full requirements install on CPU)
+    "verl": [["verl==0.9.1"]],
+    # --no-deps: its requirements pin flash-attn==2.8.3 (a CUDA build), deepspeed and
+    # bitsandbytes; its reward path (utils/agent.py, the executors, samples_generator, Experience,
+    # the CLI parser) imports only these, plus vLLM (GPU-only; integrations/with_openrlhf/vllm_stub)
+    "openrlhf": [
+        ["--no-deps", "openrlhf==0.11.2"],
+        ["transformers==5.15.0", "ray==2.55.0", "aiohttp", "sympy", "pylatexenc", "tqdm"],
+    ],
+    # --no-deps: its requirements pin torch<2.11 (not our CPU stack) and pull agent SDKs and
+    # servers (openhands, litellm[proxy], awex, ...); workflow/rlvr.py and multi_turn.py import these
+    "areal": [
+        ["--no-deps", "areal==1.0.4"],
+        [
+            "transformers==5.3.0",
+            "hydra-core==1.4.0.dev1",
+            "omegaconf==2.4.0.dev2",
+            "aiohttp",
+            "aiofiles",
+            "colorlog",
+            "einops",
+            "flask",
+            "httpx",
+            "lark",
+            "numba",
+            "openai",
+            "orjson",
+            "pillow",
+            "pyyaml",
+            "ray",
+            "tenacity",
+            "torchdata",
+            "uvloop",
+        ],
+    ],
+}
+
+
+@nox.session
+@nox.parametrize("framework", list(INTEGRATIONS))
+def integrations(session: nox.Session, framework: str) -> None:
+    """paravt-rewards inside verl, OpenRLHF and AReaL, each called by the framework's own code."""
+    session.install(CPU_STACK[0])  # torch only; no framework reward path needs torchvision
+    for args in INTEGRATIONS[framework]:
+        session.install(*args)
+    session.install("pytest>=8", "-e", "packages/paravt-core", "-e", "packages/paravt-rewards")
+    session.run(
+        "python",
+        "-c",
+        f"from importlib.metadata import version as v; print('{framework}', v('{framework}'), "
+        "'| torch', v('torch'), '| transformers', v('transformers'))",
+    )
+    session.run(
+        "pytest",
+        "-c",
+        "integrations/pytest.ini",
+        f"integrations/with_{framework}",
+        *session.posargs,
+        env={"HF_HUB_OFFLINE": "1"},
+    )
+
+
 @nox.session
 def train_smoke(session: nox.Session) -> None:
     """The main job: tiny Qwen3-VL -> synthetic tasks -> SFT -> PARA-GRPO -> runs/smoke/summary.md."""

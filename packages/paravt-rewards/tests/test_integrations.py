@@ -188,3 +188,153 @@ def test_the_parser_counts_tool_responses_carried_in_a_transcript() -> None:
     text = WITH_CALL.replace("<answer>", "<tool_response>red</tool_response>\n<answer>")
     assert parse_response(text).num_tool_responses == 1
     assert parse_response(WITH_CALL).num_tool_responses == 0
+
+
+# ---------------------------------------------------------------- TRL tool-calling completions
+
+
+def test_trl_tool_messages_are_never_graded_as_the_answer() -> None:
+    """TRL's tool-calling loop hands the reward the environment's tool messages: a tool message
+    holding the right answer earns no accuracy, and counts as one tool response."""
+    from paravt.rewards import score
+
+    (total,) = trl_reward_funcs()
+    acc, _fmt, tool, _pen = trl_reward_funcs(components=True)
+    call_turn = {"role": "assistant", "content": "<think>I check the clip.</think>" + CALL}
+    for tool_content in ("B", [{"type": "text", "text": "B"}]):
+        completions = [[call_turn, {"role": "tool", "content": tool_content}]]
+        assert trl_call(acc, completions, answer=["B"], question_type=["mcq"]) == [0.0]
+        assert trl_call(tool, completions, answer=["B"], question_type=["mcq"]) == [0.3]
+        direct = score(call_turn["content"], "B", "mcq", tool_responses=1)
+        assert trl_call(total, completions, answer=["B"], question_type=["mcq"]) == [direct.total]
+    # the answer the model itself gives after the tool message is graded
+    completions = [
+        [
+            call_turn,
+            {"role": "tool", "content": "C"},
+            {"role": "assistant", "content": "<answer>B</answer>"},
+        ]
+    ]
+    assert trl_call(acc, completions, answer=["B"], question_type=["mcq"]) == [1.0]
+
+
+def test_split_completion_keeps_only_what_the_model_wrote() -> None:
+    from paravt.rewards.integrations import split_completion
+
+    messages = [
+        {"role": "assistant", "content": "<think>a</think>"},
+        {"role": "tool", "content": "<answer>B</answer>"},
+        {"role": "assistant", "content": [{"type": "text", "text": "<answer>C</answer>"}]},
+    ]
+    got = split_completion(messages)
+    assert (got.text, got.tool_responses) == ("<think>a</think>\n<answer>C</answer>", 1)
+    assert split_completion("plain").tool_responses is None
+
+
+# ---------------------------------------------------------------- framework drift
+
+
+@pytest.fixture
+def fresh_version_check(monkeypatch: pytest.MonkeyPatch):
+    from paravt.rewards.integrations import common
+
+    monkeypatch.setattr(common, "_CHECKED", set())
+    return common
+
+
+def test_an_untested_framework_version_warns_once_with_the_tested_range(
+    fresh_version_check, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from paravt.rewards.integrations import FrameworkVersionWarning
+
+    monkeypatch.setattr(fresh_version_check.metadata, "version", lambda name: "0.10.0")
+    with pytest.warns(FrameworkVersionWarning, match=r"verl 0\.10\.0 .* tested with verl 0\.9\.1"):
+        compute_score("paravt", GOOD, "B", {"question_type": "mcq"})
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compute_score("paravt", GOOD, "B", {"question_type": "mcq"})  # once per process
+
+
+@pytest.mark.parametrize("installed", ["0.9.1", "0.9.1.post1", None])
+def test_a_tested_or_absent_framework_does_not_warn(
+    fresh_version_check, monkeypatch: pytest.MonkeyPatch, installed: str | None
+) -> None:
+    import warnings
+
+    def version(name: str) -> str:
+        if installed is None:
+            raise fresh_version_check.metadata.PackageNotFoundError(name)
+        return installed
+
+    monkeypatch.setattr(fresh_version_check.metadata, "version", version)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compute_score("paravt", GOOD, "B", {"question_type": "mcq"})
+
+
+# ---------------------------------------------------------------- verl managers' contracts
+
+
+def test_verl_batch_form_returns_one_dict_per_response() -> None:
+    # verl's batch manager: compute_score(data_sources=, solution_strs=, ground_truths=, extra_infos=)
+    out = compute_score(
+        data_sources=["paravt", "paravt"],
+        solution_strs=[WITH_CALL, "<answer>C</answer>"],
+        ground_truths=["B", "B"],
+        extra_infos=[{"question_type": "mcq"}, {"question_type": "mcq"}],
+        preset="paragrpo",
+    )
+    assert [o["score"] for o in out] == pytest.approx([2.6, 0.6])
+    with pytest.raises(ValueError, match="one of each per response"):
+        compute_score(solution_strs=["a", "b"], ground_truths=["B"])
+
+
+def test_verl_prime_reads_the_total_at_index_0_and_pickles_the_function() -> None:
+    import pickle
+    from functools import partial
+
+    out = compute_score("paravt", WITH_CALL, "B", {"question_type": "mcq"})  # positional, as prime
+    assert out[0] == out["score"] == pytest.approx(2.6)
+    assert 0 not in out and float(out[0]) == pytest.approx(2.6)
+    assert pickle.loads(pickle.dumps(partial(compute_score, "paravt")))(WITH_CALL, "B")["score"]
+
+
+def test_verl_module_loaded_from_its_file_path_hands_out_picklable_functions() -> None:
+    import importlib.util
+    import pickle
+
+    import paravt.rewards.integrations.verl as canonical
+
+    spec = importlib.util.spec_from_file_location("custom_module_123", canonical.__file__)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # what verl's load_extern_object does with a file path
+    assert module.compute_score is canonical.compute_score
+    assert pickle.loads(pickle.dumps(module.compute_score)) is canonical.compute_score
+
+
+# ---------------------------------------------------------------- AReaL and OpenRLHF contracts
+
+
+def test_areal_reward_pickles_as_object_and_resolves_as_dotted_path() -> None:
+    import importlib
+    import pickle
+
+    from paravt.rewards.integrations import ArealReward
+
+    data = {"answer": "B", "question_type": "mcq"}
+    copy = pickle.loads(pickle.dumps(make_areal_reward_fn("vanilla")))
+    assert isinstance(copy, ArealReward) and copy("q", GOOD, [], [], **data) == pytest.approx(1.7)
+    module = importlib.import_module("paravt.rewards.integrations.areal")
+    assert module.reward_fn is reward_fn  # what AReaL's import_from_string resolves
+
+
+def test_openrlhf_scores_only_the_response_when_the_prompt_was_truncated() -> None:
+    from paravt.rewards.integrations.openrlhf import response_of
+
+    prompt = "<answer>A</answer> Reply inside <answer></answer>.\nWhich option?\n"
+    assert response_of(prompt + GOOD, prompt) == GOOD
+    assert response_of(prompt[20:] + GOOD, prompt) == GOOD  # OpenRLHF kept the prompt's tail
+    assert response_of("\ufffd" + prompt[21:] + GOOD, prompt) == GOOD  # cut inside a character
+    assert response_of(GOOD, "unrelated prompt") == GOOD
