@@ -12,6 +12,16 @@ about 2 s. Distractor squares of other colours appear elsewhere. Questions:
 A tiny model learns colour words and a fixed option order quickly, not per-sample shuffled letters
 (ENVIRONMENT.md), and a short crop shows the needle while a sparse overview usually misses it.
 
+`layout="single"` is the family built for learning on a CPU: one coloured square and nothing
+else, asked as "What colour is the square?". At a small overview K the overview usually misses the
+square; at K >= duration / needle_s it always shows it. The teacher crops the whole video in
+`crop_windows` equal windows in parallel, each window's crop (`crop_max_frames` frames) always
+catches the square when `needle_s` >= the crop's frame spacing, and the sub-agents answer in a few
+words ("a red square" / "no square"). `tool_fraction` < 1 makes some main-agent teacher traces
+answer from the overview alone (right when the overview shows the square, a seeded guess
+otherwise), so a short SFT gives a policy that calls the tool on only some prompts: the setting in
+which RL has something to learn (the tool is what makes the answer findable).
+
 Videos are rendered and encoded in chunks (`torchcodec.encoders.Encoder`), so a 30-minute video
 never holds all its frames in memory. Everything is deterministic given the seed.
 """
@@ -22,6 +32,7 @@ import json
 import math
 import os
 import time
+import zlib
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -46,6 +57,7 @@ if TYPE_CHECKING:
     from paravt.tools.crop import VideoReader
 
 QuestionType = Literal["mcq", "oe", "tvg"]
+Layout = Literal["cue", "single"]
 COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (225, 30, 30),
     "green": (30, 190, 50),
@@ -65,6 +77,10 @@ TVG_QUESTION = (
     "When does the coloured shape that follows the checkerboard appear? "
     "Answer with [start, end] in seconds."
 )
+# The `single` layout: one square, nothing to relate it to.
+SINGLE_MCQ_QUESTION = "What colour is the square?"
+SINGLE_OE_QUESTION = "What colour is the square? Answer with one word."
+SINGLE_TVG_QUESTION = "When does the coloured square appear? Answer with [start, end] in seconds."
 
 
 class SynthConfig(BaseModel):
@@ -78,6 +94,10 @@ class SynthConfig(BaseModel):
     height: int = Field(96, ge=32, le=1080, multiple_of=2, description="Frame height (even).")
     num_needles: int = Field(3, ge=1, le=64, description="Coloured squares per video (1 target).")
     needle_s: float = Field(2.0, gt=0, le=10, description="How long a square is on screen.")
+    square_size: tuple[float, float] = Field(
+        (0.4, 0.8),
+        description="Side of a square as a fraction of the frame's shorter side (range).",
+    )
     cue_s: float = Field(6.0, gt=0, le=30, description="How long the checkerboard is on screen.")
     max_gap_s: float = Field(3.0, ge=0.5, le=10, description="Largest cue end -> needle gap.")
     question_types: tuple[QuestionType, ...] = Field(
@@ -90,9 +110,44 @@ class SynthConfig(BaseModel):
     crop_max_frames: int = Field(16, ge=1, description="Frame cap of one crop.")
     chunk_frames: int = Field(256, ge=8, description="Frames rendered and encoded at once.")
     crf: int = Field(20, ge=0, le=51, description="libx264 quality.")
+    layout: Layout = Field(
+        "cue",
+        description="'cue': a checkerboard cue, the target square after it and distractors; "
+        "'single': one square only (the CPU-learnable family; num_needles and cue_s unused).",
+    )
+    crop_windows: int = Field(
+        2,
+        ge=1,
+        le=16,
+        description="'single' layout: the teacher crops the video in this many equal windows, "
+        "all in one turn (parallel calls).",
+    )
+    tool_fraction: float = Field(
+        1.0,
+        ge=0.0,
+        le=1.0,
+        description="Fraction of main-agent teacher traces that call crop_video; the others "
+        "answer from the overview alone (seeded per video and question type).",
+    )
+    prompt_mode: Literal["agentic_general", "agentic_minimal"] = Field(
+        "agentic_general",
+        description="System prompt of the main-agent teacher traces (paravt.core.prompts); "
+        "match the RL recipe's rollout.prompt_mode.",
+    )
 
     @model_validator(mode="after")
     def _fits(self) -> SynthConfig:
+        lo, hi = self.square_size
+        if not 0.0 < lo <= hi <= 1.0:
+            raise ValueError(f"square_size {self.square_size} must satisfy 0 < low <= high <= 1")
+        if self.layout == "single":
+            need = self.needle_s + 2.0
+            if self.duration_s < need:
+                raise ValueError(
+                    f"duration_s {self.duration_s:g} is too short for layout 'single'; need at "
+                    f"least {need:g} s (needle_s + 2)"
+                )
+            return self
         need = self.cue_s + self.max_gap_s + self.needle_s + 4.0
         if self.duration_s < need:
             raise ValueError(
@@ -130,6 +185,7 @@ class VideoSpec:
     distractors: tuple[Event, ...]
     background: tuple[float, ...]  # tint r, g, b, level period, level phase, wave period
     begin_s: float = 0.0
+    layout: Layout = "cue"  # 'single': the cue is never shown (`cue` is an empty event)
 
     @property
     def needles(self) -> tuple[Event, ...]:
@@ -141,10 +197,24 @@ class VideoSpec:
     def visible_at(self, t: float) -> list[Event]:
         return [e for e in (self.cue, *self.needles) if e.active(t)]
 
+    def target_visible(self, timestamps: Sequence[float]) -> bool:
+        """Whether any of the frames at `timestamps` shows the target square."""
+        return any(self.target.active(t) for t in timestamps)
+
 
 def _snap(t: float, fps: float) -> float:
     """Times on the frame grid, so an event covers whole frames."""
     return round(t * fps) / fps
+
+
+def _background(rng: np.random.Generator) -> tuple[float, ...]:
+    tint = rng.uniform(-0.12, 0.12, size=3)
+    return (
+        *(float(x) for x in tint),
+        float(rng.uniform(40, 90)),
+        float(rng.uniform(0, 2 * math.pi)),
+        float(rng.uniform(20, 60)),
+    )
 
 
 def plan_video(config: SynthConfig, seed: int, index: int) -> VideoSpec:
@@ -155,10 +225,28 @@ def plan_video(config: SynthConfig, seed: int, index: int) -> VideoSpec:
     side = min(config.width, config.height)
 
     def square() -> tuple[int, int, int, int]:
-        s = int(rng.uniform(0.4, 0.8) * side)
+        s = max(1, min(side, int(rng.uniform(*config.square_size) * side)))
         x0 = int(rng.integers(0, config.width - s + 1))
         y0 = int(rng.integers(0, config.height - s + 1))
         return x0, y0, x0 + s, y0 + s
+
+    if config.layout == "single":
+        colour = OPTIONS[int(rng.integers(len(OPTIONS)))]
+        t0 = _snap(rng.uniform(0.5, d - config.needle_s - 0.5), fps)
+        target = Event("needle", t0, _snap(t0 + config.needle_s, fps), colour, square())
+        return VideoSpec(
+            video_id=f"synth_{seed:04d}_{index:05d}",
+            duration_s=num_frames / fps,
+            fps=fps,
+            width=config.width,
+            height=config.height,
+            num_frames=num_frames,
+            cue=Event("cue", 0.0, 0.0),  # never active
+            target=target,
+            distractors=(),
+            background=_background(rng),
+            layout="single",
+        )
 
     span = config.cue_s + config.max_gap_s + config.needle_s
     cue_start = _snap(rng.uniform(0.05 * d, max(0.05 * d, d - span - 2.0)), fps)
@@ -181,13 +269,7 @@ def plan_video(config: SynthConfig, seed: int, index: int) -> VideoSpec:
                 busy.append((s, e))
                 break
     distractors.sort(key=lambda ev: ev.start_s)
-    tint = rng.uniform(-0.12, 0.12, size=3)
-    background = (
-        *(float(x) for x in tint),
-        float(rng.uniform(40, 90)),
-        float(rng.uniform(0, 2 * math.pi)),
-        float(rng.uniform(20, 60)),
-    )
+    background = _background(rng)
     return VideoSpec(
         video_id=f"synth_{seed:04d}_{index:05d}",
         duration_s=num_frames / fps,
@@ -262,13 +344,14 @@ def write_video(
 # Questions, answers and teacher traces
 
 
-def question_for(kind: QuestionType) -> tuple[str, list[str]]:
+def question_for(kind: QuestionType, layout: Layout = "cue") -> tuple[str, list[str]]:
     """The question text and options (empty unless `mcq`) of a question type."""
+    single = layout == "single"
     if kind == "mcq":
-        return MCQ_QUESTION, list(OPTIONS)
+        return (SINGLE_MCQ_QUESTION if single else MCQ_QUESTION), list(OPTIONS)
     if kind == "oe":
-        return OE_QUESTION, []
-    return TVG_QUESTION, []
+        return (SINGLE_OE_QUESTION if single else OE_QUESTION), []
+    return (SINGLE_TVG_QUESTION if single else TVG_QUESTION), []
 
 
 def answer_for(spec: VideoSpec, kind: QuestionType) -> str:
@@ -350,7 +433,7 @@ def _msg(role: str, content: str) -> dict[str, str]:
 
 
 def _extra_info(spec: VideoSpec, kind: QuestionType, seed: int) -> dict[str, Any]:
-    question, options = question_for(kind)
+    question, options = question_for(kind, spec.layout)
     return {
         "answer": answer_for(spec, kind),
         "question_type": kind,
@@ -362,6 +445,7 @@ def _extra_info(spec: VideoSpec, kind: QuestionType, seed: int) -> dict[str, Any
         "cue_window_s": [spec.cue.start_s, spec.cue.end_s],
         "needle_window_s": [spec.target.start_s, spec.target.end_s],
         "needle_colour": spec.target.colour,
+        "layout": spec.layout,
         "needle_box": list(spec.target.box or ()),
         "distractors": [
             {"window_s": [e.start_s, e.end_s], "colour": e.colour} for e in spec.distractors
@@ -375,7 +459,7 @@ def rl_rows(spec: VideoSpec, video: str, config: SynthConfig, seed: int) -> list
     `extra_info` (a JSON string with `answer`, `question_type`, `question`, `options`, ...)."""
     rows = []
     for kind in config.question_types:
-        question, options = question_for(kind)
+        question, options = question_for(kind, spec.layout)
         rows.append(
             {
                 "id": f"{spec.video_id}_{kind}",
@@ -396,6 +480,8 @@ def sft_rows(spec: VideoSpec, video: str, config: SynthConfig, seed: int) -> lis
     described by `frames` (`{"start_s", "end_s", "num_frames"}`): the overview for `agent="main"`,
     the crop for `agent="subagent"`. `sft_conversation` rebuilds the multimodal messages.
     """
+    if spec.layout == "single":
+        return _single_sft_rows(spec, video, config, seed)
     grid = _grid(spec)
     k = min(config.sft_overview_frames, spec.num_frames)
     overview_times = list(overview_sample(grid, k).timestamps_s)
@@ -408,7 +494,7 @@ def sft_rows(spec: VideoSpec, video: str, config: SynthConfig, seed: int) -> lis
     target_times = [t for sample, _ in crops for t in sample.timestamps_s if spec.target.active(t)]
     rows: list[dict[str, Any]] = []
     for kind in config.question_types:
-        question, options = question_for(kind)
+        question, options = question_for(kind, spec.layout)
         intro = f"The video is {spec.duration_s:.1f} seconds long. Overview ({k} frames):"
         calls = "\n".join(_tool_call(s, e) for s, e in windows)
         first = (
@@ -439,7 +525,7 @@ def sft_rows(spec: VideoSpec, video: str, config: SynthConfig, seed: int) -> lis
                 "videos": [{"video": video}],
                 "frames": {"start_s": 0.0, "end_s": spec.duration_s, "num_frames": k},
                 "messages": [
-                    _msg("system", system_prompt("agentic_general")),
+                    _msg("system", system_prompt(config.prompt_mode)),
                     _msg("user", f"{intro}<video>Question: {format_question(question, options)}"),
                     _msg("assistant", first),
                     *tool_msgs,
@@ -448,7 +534,125 @@ def sft_rows(spec: VideoSpec, video: str, config: SynthConfig, seed: int) -> lis
                 "extra_info": json.dumps(_extra_info(spec, kind, seed)),
             }
         )
-    question, _ = question_for("oe")
+    question, _ = question_for("oe", spec.layout)
+    for n, (sample, text) in enumerate(crops):
+        start, end = sample.window_s
+        prompt = build_subagent_prompt(question, (start, end), [])
+        rows.append(
+            {
+                "id": f"{spec.video_id}_sub{n}",
+                "agent": "subagent",
+                "data_source": DATA_SOURCE,
+                "videos": [{"video": video}],
+                "frames": {"start_s": start, "end_s": end, "num_frames": len(sample.indices)},
+                "messages": [
+                    _msg("system", prompt[0].text),
+                    _msg("user", f"<video>Question: {question}"),
+                    _msg("assistant", f"<answer>{text}</answer>"),
+                ],
+                "extra_info": json.dumps(_extra_info(spec, "oe", seed)),
+            }
+        )
+    return rows
+
+
+def equal_windows(duration_s: float, n: int) -> list[tuple[float, float]]:
+    """`n` equal windows covering `[0, duration_s]`, bounds rounded to 0.1 s."""
+    return [(round(duration_s * i / n, 1), round(duration_s * (i + 1) / n, 1)) for i in range(n)]
+
+
+def _trace_rng(seed: int, spec: VideoSpec, kind: str) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(f"{spec.video_id}/{kind}".encode())])
+
+
+def _single_sft_rows(
+    spec: VideoSpec, video: str, config: SynthConfig, seed: int
+) -> list[dict[str, Any]]:
+    """Teacher traces of the `single` layout: short texts a tiny model can learn in minutes.
+
+    Main agent, tool trace: "I look closer" -> one crop_video call per equal window (parallel) ->
+    the sub-agents' "a red square" / "no square" -> "A helper saw a red square." -> answer.
+    Main agent, overview trace (a `1 - tool_fraction` share, seeded per video and question type):
+    "The overview shows a red square." -> answer, or "The overview shows no square." -> a guess.
+    Sub-agent: "<answer>a red square</answer>" or "<answer>no square</answer>" per window.
+    """
+    grid = _grid(spec)
+    k = min(config.sft_overview_frames, spec.num_frames)
+    overview_times = list(overview_sample(grid, k).timestamps_s)
+    windows = equal_windows(spec.duration_s, config.crop_windows)
+    with_times = "tvg" in config.question_types
+    colour = spec.target.colour
+    crops = []
+    for s, e in windows:
+        sample = crop_sample(grid, s, e, fps=config.crop_fps, max_frames=config.crop_max_frames)
+        assert sample is not None
+        seen = [t for t in sample.timestamps_s if spec.target.active(t)]
+        if not seen:
+            text = "no square"
+        elif with_times:
+            text = f"a {colour} square at {_fmt_times(seen)}"
+        else:
+            text = f"a {colour} square"
+        crops.append((sample, text))
+    intro = f"The video is {spec.duration_s:.1f} seconds long. Overview ({k} frames):"
+    rows: list[dict[str, Any]] = []
+    for kind in config.question_types:
+        question, options = question_for(kind, spec.layout)
+        rng = _trace_rng(seed, spec, kind)
+        uses_tool = bool(rng.random() < config.tool_fraction)
+        answer = answer_for(spec, kind)
+        if uses_tool:
+            calls = "\n".join(_tool_call(s, e) for s, e in windows)
+            seen_by = "A helper saw" if any(text != "no square" for _, text in crops) else "I saw"
+            found = f"{seen_by} a {colour} square."
+            if kind == "tvg":
+                found += (
+                    f" It is on screen from {spec.target.start_s:g} s to {spec.target.end_s:g} s."
+                )
+            turns = [
+                _msg(
+                    "assistant",
+                    f"<think>\nI look closer at {len(windows)} windows.\n</think>\n{calls}",
+                ),
+                *(
+                    _msg(
+                        "tool",
+                        tool_response_message(
+                            ToolOutput(window_s=sample.window_s), summary=text
+                        ).text,
+                    )
+                    for sample, text in crops
+                ),
+                _msg("assistant", f"<think>\n{found}\n</think>\n<answer>{answer}</answer>"),
+            ]
+        else:
+            if spec.target_visible(overview_times):
+                think = f"The overview shows a {colour} square."
+            else:  # the overview missed it: the teacher guesses, as a policy without tools must
+                guess = OPTIONS[int(rng.integers(len(OPTIONS)))]
+                think = "The overview shows no square."
+                if kind == "tvg":
+                    t0 = round(float(rng.uniform(0, spec.duration_s - config.needle_s)), 1)
+                    answer = f"[{t0:g}, {t0 + config.needle_s:g}]"
+                else:
+                    answer = OPTION_LETTERS[OPTIONS.index(guess)] if kind == "mcq" else guess
+            turns = [_msg("assistant", f"<think>\n{think}\n</think>\n<answer>{answer}</answer>")]
+        rows.append(
+            {
+                "id": f"{spec.video_id}_{kind}_main",
+                "agent": "main",
+                "data_source": DATA_SOURCE,
+                "videos": [{"video": video}],
+                "frames": {"start_s": 0.0, "end_s": spec.duration_s, "num_frames": k},
+                "messages": [
+                    _msg("system", system_prompt(config.prompt_mode)),
+                    _msg("user", f"{intro}<video>Question: {format_question(question, options)}"),
+                    *turns,
+                ],
+                "extra_info": json.dumps(_extra_info(spec, kind, seed)),
+            }
+        )
+    question, _ = question_for("oe", spec.layout)
     for n, (sample, text) in enumerate(crops):
         start, end = sample.window_s
         prompt = build_subagent_prompt(question, (start, end), [])

@@ -156,6 +156,13 @@ def ensure_synth(data: DataSpec) -> None:
             question_types=tuple(s.question_types),
             sft_overview_frames=s.sft_overview_frames,
             crop_max_frames=s.crop_max_frames,
+            layout=s.layout,
+            fps=s.fps,
+            needle_s=s.needle_s,
+            prompt_mode=s.prompt_mode,
+            square_size=s.square_size,
+            crop_windows=s.crop_windows,
+            tool_fraction=s.tool_fraction,
         )
         log.info("generating %d synthetic tasks in %s (paravt-tools synth)", s.n, s.out_dir)
         result = generate(s.out_dir, n=s.n, config=config, seed=s.seed)

@@ -166,6 +166,13 @@ class SynthSpec(_Strict):
     )
     fps: float = Field(4.0, ge=1.0, description="Frame rate of the synthetic videos.")
     needle_s: float = Field(2.0, gt=0, description="How long a square is on screen.")
+    prompt_mode: Literal["agentic_general", "agentic_minimal"] = Field(
+        "agentic_general",
+        description="System prompt of the teacher traces (match rollout.prompt_mode).",
+    )
+    square_size: tuple[float, float] = Field(
+        (0.4, 0.8), description="Side of a square as a fraction of the frame's shorter side."
+    )
     crop_windows: int = Field(
         2, ge=1, le=16, description="'single' layout: equal windows the teacher crops in parallel."
     )
