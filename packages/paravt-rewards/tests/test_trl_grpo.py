@@ -22,6 +22,19 @@ def tiny_model_path() -> Path:
     return cached_tiny_qwen3vl(seed=0)
 
 
+def test_the_installed_trl_is_the_tested_version_named_in_the_readme() -> None:
+    """TRL runs in the tests venv (the other frameworks in `nox -s integrations`)."""
+    import importlib.metadata
+    import re
+
+    from paravt.rewards.integrations import TESTED_VERSIONS
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    stated = re.search(r"tested with trl ([0-9][0-9.]*[0-9])", readme)
+    assert stated is not None
+    assert importlib.metadata.version("trl") == stated.group(1) == TESTED_VERSIONS["trl"][1]
+
+
 @pytest.mark.slow
 def test_trl_grpo_trainer_trains_two_steps_on_the_tiny_qwen3vl_with_paravt_rewards(
     tiny_model_path: Path, tmp_path: Path
