@@ -110,3 +110,11 @@ def test_help_recipe_lists_keys_with_their_help(capsys: pytest.CaptureFixture[st
     assert main(["rl", "--help-recipe"]) == 0
     out = capsys.readouterr().out
     assert "loss.include_subagents_in_loss" in out and "rollout.group_size" in out
+
+
+def test_sft_8b_runs_the_fixed_paths_fsdp2_bf16_workers_and_no_row_cache() -> None:
+    recipe = load_recipe("sft_8b")
+    assert recipe.distributed.strategy == "fsdp2" and recipe.model.dtype == "bfloat16"
+    assert recipe.model.gradient_checkpointing
+    assert recipe.sft.num_workers > 0 and recipe.sft.cache_rows == 0
+    assert recipe.distributed.timeout_s > 0 and recipe.model.logprob_chunk_tokens <= 4096
