@@ -301,3 +301,37 @@ def test_memory_release_and_resume_reach_the_server(tiny_model_path: Path) -> No
         assert srv.fake.events[1]["tags"] == ["kv_cache"]
     finally:
         srv.shutdown()
+
+
+def test_distributed_weight_push_broadcasts_bucket_by_bucket_and_tags_the_last(
+    tiny_model_path: Path,
+) -> None:
+    """The NCCL path's protocol on gloo against the stand-in (SGLang itself: untested)."""
+    from transformers import AutoModelForImageTextToText
+
+    srv = _start(tiny_model_path)
+    try:
+        engine = engine_for(srv)
+        with socket_closed_port() as port:
+            group = engine.init_weight_update_group("127.0.0.1", port, backend="gloo")
+        trainer = AutoModelForImageTextToText.from_pretrained(tiny_model_path)
+        with torch.no_grad():
+            for p in trainer.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
+        state = trainer.state_dict()
+        sent = engine.push_weights_distributed(state.items(), "step-1", group, bucket_bytes=1 << 20)
+        assert sent == len(state) and engine.expected_weight_version == "step-1"
+        updates = [e for e in srv.fake.events if e["event"] == "update_weights_from_distributed"]
+        assert len(updates) > 1  # bucketed
+        assert [u["flush_cache"] for u in updates] == [False] * (len(updates) - 1) + [True]
+        assert [u["weight_version"] for u in updates][-1] == "step-1"
+        assert sum(u["tensors"] for u in updates) == len(state)
+        ids = srv.fake.events[0]["probe_ids"]
+        x = torch.tensor([ids])
+        with torch.no_grad():
+            logits = trainer(input_ids=x).logits[0, :-1].float()
+        want = torch.log_softmax(logits, -1).gather(-1, x[0, 1:, None]).squeeze(-1).tolist()
+        assert updates[-1]["probe_logprobs"] == pytest.approx(want, abs=1e-4)
+        asyncio.run(engine.generate([prompt(engine, False)], SamplingParams(max_new_tokens=2)))
+    finally:
+        srv.shutdown()

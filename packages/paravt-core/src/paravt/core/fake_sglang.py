@@ -7,14 +7,17 @@ It serves `GET /health`, `GET /get_model_info`, `GET /get_weight_version`, `POST
 (`input_ids` + `image_data` data URLs + `sampling_params` + `return_logprob`, one request per call;
 `max_new_tokens: 0` scores the prompt into `meta_info.input_token_logprobs`), `POST
 /update_weights_from_disk` (safetensors under `model_path`, tagged `weight_version`), `POST
-/flush_cache`, `POST /release_memory_occupation`, `POST /resume_memory_occupation`; replies use
-SGLang's field names. `GET /fake/events` returns what it was asked to do (weight updates with their
+/flush_cache`, `POST /release_memory_occupation`, `POST /resume_memory_occupation`, and
+`POST /init_weights_update_group` + `POST /update_weights_from_distributed` over a gloo group
+(NCCL needs GPUs); replies use SGLang's field names. `GET /fake/events` returns what it was asked to do (weight updates with their
 versions and the log-probs of a fixed probe sequence right after each load, memory release/resume)
 and `GET /fake/generated` the generation requests served per weight version, for tests.
 
 Differences from SGLang, on purpose: image pads are expanded from the image grid directly (SGLang
 decodes the ids to text and re-tokenizes); one request is generated at a time (no continuous
-batching); no NCCL weight group. It is for tests and CPU rehearsals, not for serving.
+batching); weight-update groups on gloo only, formed with our own `WeightUpdateGroup` construction
+(TCP store + group-name prefix), not SGLang's `init_custom_process_group`. It is for tests and CPU
+rehearsals, not for serving.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class FakeSGLang:
         self.generated_by_version: dict[str, int] = {}
         self.lock = threading.Lock()
         self.requests = 0
+        self.groups: dict[str, Any] = {}  # weight-update process groups by name (gloo only)
         # A fixed sequence scored after every weight load: tests compare it with the trainer's.
         ids = self.engine.tokenizer(self.PROBE_TEXT, add_special_tokens=False)["input_ids"]
         self.probe = Trajectory("main", token_ids=list(ids))
@@ -217,6 +221,64 @@ class FakeSGLang:
             "num_paused_requests": 0,
         }
 
+    def init_weights_update_group(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Join the trainer's weight-update group as rank `rank_offset` (gloo only: CPU)."""
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        if body.get("backend", "nccl") != "gloo":
+            return {"success": False, "message": "the fake server supports backend=gloo only"}
+        store = dist.TCPStore(
+            str(body["master_address"]),
+            int(body["master_port"]),
+            int(body["world_size"]),
+            is_master=False,
+            timeout=timedelta(seconds=60),
+        )
+        name = str(body.get("group_name", "weight_update_group"))
+        prefixed = dist.PrefixStore(name, store)
+        self.groups[name] = dist.ProcessGroupGloo(
+            prefixed, int(body["rank_offset"]), int(body["world_size"])
+        )
+        self.events.append({"event": "init_weights_update_group", "group_name": name})
+        return {"success": True, "message": "joined"}
+
+    def update_weights_from_distributed(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Receive `names` (with `dtypes`, `shapes`) by broadcast from rank 0 and load them."""
+        import torch
+        import torch.distributed as dist
+
+        name = str(body.get("group_name", "weight_update_group"))
+        group = self.groups.get(name)
+        if group is None:
+            return {"success": False, "message": f"no weight-update group {name!r}"}
+        state: dict[str, Any] = {}
+        for pname, dtype, shape in zip(body["names"], body["dtypes"], body["shapes"]):
+            tensor = torch.empty(list(shape), dtype=getattr(torch, str(dtype)))
+            opts = dist.BroadcastOptions()
+            opts.rootRank = 0
+            group.broadcast([tensor], opts).wait()
+            state[pname] = tensor
+        own = self.engine.model.state_dict()
+        unknown = sorted(set(state) - set(own))
+        if unknown:
+            return {"success": False, "message": f"unknown parameter names: {unknown[:5]}"}
+        with self.engine._lock:
+            self.engine.model.load_state_dict(state, strict=False)
+        if body.get("weight_version") is not None:
+            self.weight_version = str(body["weight_version"])
+        self.events.append(
+            {
+                "event": "update_weights_from_distributed",
+                "weight_version": self.weight_version,
+                "tensors": len(state),
+                "flush_cache": bool(body.get("flush_cache", True)),
+                **self._probe_record(),
+            }
+        )
+        return {"success": True, "message": f"loaded {len(state)} tensors"}
+
 
 def make_handler(fake: FakeSGLang) -> type[BaseHTTPRequestHandler]:
     """The HTTP handler class serving `fake`."""
@@ -274,6 +336,12 @@ def make_handler(fake: FakeSGLang) -> type[BaseHTTPRequestHandler]:
                     self._send(200, fake.generate(body))
                 elif self.path == "/update_weights_from_disk":
                     reply = fake.update_weights_from_disk(body)
+                    self._send(200 if reply["success"] else 400, reply)
+                elif self.path in (
+                    "/init_weights_update_group",
+                    "/update_weights_from_distributed",
+                ):
+                    reply = getattr(fake, self.path.strip("/"))(body)
                     self._send(200 if reply["success"] else 400, reply)
                 elif self.path in ("/release_memory_occupation", "/resume_memory_occupation"):
                     fake.released = self.path.startswith("/release")

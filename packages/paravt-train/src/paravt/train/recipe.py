@@ -269,7 +269,7 @@ class SGLangServerSpec(_Strict):
         "disk",
         description="'disk': rank 0 writes safetensors to weight_dir, servers load them "
         "(/update_weights_from_disk); 'distributed': an NCCL group with the servers "
-        "(/update_weights_from_distributed; untested: no GPU was available).",
+        "(/update_weights_from_distributed; tested on gloo against a stand-in server only).",
     )
     weight_dir: str | None = Field(
         None,

@@ -36,9 +36,10 @@ Every reply's `weight_version` is checked against the version the trainer last p
 and are retried with exponential backoff on connection errors and 5xx answers; when a server stays
 unreachable a `ServerError` names its URL.
 
-The from-disk path is exercised on CPU against `paravt.core.fake_sglang` (our stand-in server). No
-real SGLang server was run while writing this (none installs without a GPU); the distributed
-(NCCL) path follows SGLang's documented endpoints and is untested.
+Both weight paths are exercised on CPU against `paravt.core.fake_sglang` (our stand-in server; the
+distributed one over gloo, with the stand-in joining the group the way `WeightUpdateGroup` forms
+it). No real SGLang server was run while writing this (none installs without a GPU): in particular
+that SGLang's `init_custom_process_group` rendezvous matches `WeightUpdateGroup` is unverified.
 """
 
 from __future__ import annotations
@@ -553,8 +554,9 @@ class SGLangServerEngine(HFChatEncoder):
         """Broadcast `(name, tensor)` pairs from this process (rank 0 of `group`, see
         `init_weight_update_group`) to the servers, one `/update_weights_from_distributed` request
         per bucket of about `bucket_bytes` (names, dtypes, shapes), the last one flushing the
-        cache and tagging `version`; at most two buckets are held at once. Tensors must live on the group's device. UNTESTED against SGLang (no GPU here).
-        Returns the number of tensors sent."""
+        cache and tagging `version`; at most two buckets are held at once. Tensors must live on
+        the group's device. Tested on gloo against the stand-in only. Returns the number of
+        tensors sent."""
         import threading
 
         sent = 0
@@ -608,7 +610,7 @@ class SGLangServerEngine(HFChatEncoder):
         """Form the weight-update process group of this process (rank 0) and every weight URL's
         ranks (`server_ranks[i]` GPUs for server i: its tp x dp size; default 1 each), through
         `POST /init_weights_update_group`. Returns a `WeightUpdateGroup` (its `broadcast(tensor,
-        src)` is what `push_weights_distributed` uses). UNTESTED against SGLang (no GPU here)."""
+        src)` is what `push_weights_distributed` uses). Tested on gloo against the stand-in only."""
         import threading
 
         ranks = list(server_ranks or [1] * len(self.weight_urls))
