@@ -57,3 +57,45 @@ def test_blocks_do_not_overlap_and_come_in_text_order(text: str) -> None:
     blocks = parse_response(text).blocks
     for a, b in itertools.pairwise(blocks):
         assert a.end <= b.start
+
+
+def _general_only(text: str, transcript: bool):  # type: ignore[no-untyped-def]
+    """The parse with the well-formed fast path switched off (the general state machine only)."""
+    from paravt.core import parser
+
+    saved = parser._PAIRS_MAX_CHARS
+    parser._PAIRS_MAX_CHARS = -1
+    try:
+        return parse_response(text, transcript=transcript)
+    finally:
+        parser._PAIRS_MAX_CHARS = saved
+
+
+def _snapshot(parsed):  # type: ignore[no-untyped-def]
+    calls = [(c.name, c.arguments, c.block, c.source, c.args, c.error) for c in parsed.tool_calls]
+    return parsed.tags, parsed.blocks, parsed.issues, calls, parsed.tag_counts()
+
+
+# Well-formed responses (where the fast path applies) and near misses (where it must decline).
+BLOCKS = [
+    "<think>look</think>",
+    '<tool_call>{"name": "crop_video", "arguments": {"start_time": 1, "end_time": 2}}</tool_call>',
+    "<tool_code>crop_video(3, 4)</tool_code>",
+    "<tool_response>frames</tool_response>",
+    "<answer>B</answer>",
+    "<answer> </answer>",
+    "<tool_call></tool_call>",
+]
+wellformedish = st.lists(
+    st.one_of(st.sampled_from(BLOCKS), st.sampled_from(PIECES), st.text(max_size=4)), max_size=12
+).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(wellformedish, protocolish), st.booleans())
+def test_the_well_formed_fast_path_builds_exactly_what_the_general_scanner_builds(
+    text: str, transcript: bool
+) -> None:
+    assert _snapshot(parse_response(text, transcript=transcript)) == _snapshot(
+        _general_only(text, transcript)
+    )

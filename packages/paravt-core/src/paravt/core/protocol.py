@@ -19,12 +19,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PrivateAttr,
     ValidationError,
     ValidationInfo,
-    field_validator,
     model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 
 CROP_VIDEO = "crop_video"
 DEFAULT_MAX_NUM_FRAMES = 16
@@ -87,7 +86,6 @@ class CropVideoArgs(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    _clamps: tuple[str, ...] = PrivateAttr(default=())
 
     start_time: float = Field(
         description="Start of the window in seconds from the beginning of the video "
@@ -104,51 +102,43 @@ class CropVideoArgs(BaseModel):
         exclude=True,
         description="Ignored. Accepted for released checkpoints; the runtime owns the video.",
     )
+    # Set by validation only (never an argument): the num_frames asked for when it was clamped.
+    requested_num_frames: SkipJsonSchema[int | None] = Field(default=None, exclude=True, repr=False)
 
-    @field_validator("start_time", "end_time", mode="before")
+    # One Python validator for the whole call (each validator crossing into Python costs about
+    # as much as the rest of validation; the parser validates every call of every rollout).
+    @model_validator(mode="before")
     @classmethod
-    def _seconds(cls, value: Any, info: ValidationInfo) -> float:
-        return parse_time_s(value, field_name=info.field_name or "time")
-
-    @field_validator("num_frames", mode="before")
-    @classmethod
-    def _frame_count(cls, value: Any, info: ValidationInfo) -> Any:
-        allowed = f"allowed: 1 to {_frame_limit(info)}"
-        if isinstance(value, bool):
-            raise ValueError(
-                f"num_frames must be a whole number of frames ({allowed}), not a boolean"
-            )
-        if isinstance(value, float):
-            if not value.is_integer():
-                raise ValueError(f"num_frames must be a whole number ({allowed}), got {value!r}")
-            value = int(value)
-        elif isinstance(value, str) and value.strip().lstrip("+-").isdigit() and len(value) < 10:
-            value = int(value)
-        if isinstance(value, int) and value < 1:
-            raise ValueError(f"num_frames must be at least 1 ({allowed}), got {value}")
-        return value
-
-    @field_validator("video_path", mode="before")
-    @classmethod
-    def _ignore_path(cls, value: Any) -> None:
-        return None  # never trusted, never used
-
-    @model_validator(mode="after")
-    def _ordered_and_bounded(self, info: ValidationInfo) -> CropVideoArgs:
-        if self.start_time >= self.end_time:
-            raise ValueError(
-                f"end_time ({self.end_time:g} s) must be greater than start_time "
-                f"({self.start_time:g} s)"
-            )
-        if self.num_frames is not None:
+    def _arguments(cls, data: Any, info: ValidationInfo) -> Any:
+        if not isinstance(data, dict):
+            return data  # pydantic names the wrong type
+        start, end = data.get("start_time"), data.get("end_time")
+        if (
+            len(data) == 2
+            and (type(start) is int or type(start) is float)
+            and (type(end) is int or type(end) is float)
+            and 0 <= start < end < math.inf
+        ):
+            return data  # the common call: two plain, ordered, finite, non-negative numbers
+        if "requested_num_frames" in data:
+            raise ValueError("requested_num_frames is not an argument (it is set by validation)")
+        data = dict(data)
+        for key in ("start_time", "end_time"):
+            if key in data:
+                data[key] = parse_time_s(data[key], field_name=key)
+        start, end = data.get("start_time"), data.get("end_time")
+        if start is not None and end is not None and start >= end:
+            raise ValueError(f"end_time ({end:g} s) must be greater than start_time ({start:g} s)")
+        if data.get("num_frames") is not None:
+            count = _frame_count(data["num_frames"], info)
             limit = _frame_limit(info)
-            if self.num_frames > limit:
-                self._clamps = (
-                    f"num_frames {_count_text(self.num_frames)} is above the limit of {limit} "
-                    f"frames per call; clamped to {limit}.",
-                )
-                object.__setattr__(self, "num_frames", limit)
-        return self
+            if isinstance(count, int) and count > limit:
+                data["requested_num_frames"] = count
+                count = limit
+            data["num_frames"] = count
+        if "video_path" in data:
+            data["video_path"] = None  # never trusted, never used
+        return data
 
     @property
     def duration_s(self) -> float:
@@ -157,7 +147,29 @@ class CropVideoArgs(BaseModel):
     @property
     def clamps(self) -> tuple[str, ...]:
         """What validation changed in the request, one sentence each (empty when nothing was)."""
-        return self._clamps
+        requested = self.requested_num_frames
+        if requested is None or self.num_frames is None:
+            return ()
+        return (
+            f"num_frames {_count_text(requested)} is above the limit of {self.num_frames} frames "
+            f"per call; clamped to {self.num_frames}.",
+        )
+
+
+def _frame_count(value: Any, info: ValidationInfo) -> Any:
+    """`num_frames` as an int: whole floats and digit strings convert; below 1 is an error."""
+    allowed = f"allowed: 1 to {_frame_limit(info)}"
+    if isinstance(value, bool):
+        raise ValueError(f"num_frames must be a whole number of frames ({allowed}), not a boolean")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"num_frames must be a whole number ({allowed}), got {value!r}")
+        value = int(value)
+    elif isinstance(value, str) and value.strip().lstrip("+-").isdigit() and len(value) < 10:
+        value = int(value)
+    if isinstance(value, int) and value < 1:
+        raise ValueError(f"num_frames must be at least 1 ({allowed}), got {value}")
+    return value  # anything else: pydantic reports it is not an integer
 
 
 def _frame_limit(info: ValidationInfo) -> int:
@@ -178,11 +190,12 @@ def format_validation_error(tool: str, error: ValidationError) -> str:
     """One line naming each offending argument: `crop_video: end_time: must be finite ...`."""
     parts = []
     for item in error.errors(include_url=False):
-        loc = ".".join(str(x) for x in item.get("loc", ())) or "arguments"
+        loc = ".".join(str(x) for x in item.get("loc", ()))
         msg = str(item.get("msg", "invalid")).removeprefix("Value error, ")
         if item.get("type") == "extra_forbidden":
             msg = "unknown argument (expected start_time, end_time, num_frames)"
-        parts.append(f"{loc}: {msg}")
+        # errors of the whole call already start with the argument they are about
+        parts.append(f"{loc}: {msg}" if loc else msg)
     return f"{tool}: " + "; ".join(parts)
 
 
