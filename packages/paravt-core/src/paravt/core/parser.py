@@ -112,7 +112,22 @@ _new_tag = partial(tuple.__new__, TagSpan)
 _new_block = partial(tuple.__new__, Block)
 _new_issue = partial(tuple.__new__, Issue)
 _CALL_KINDS = frozenset({"tool_call", "tool_code"})
-_json_decode = json.JSONDecoder().decode  # json.loads without its per-call argument handling
+_DECODER = json.JSONDecoder()
+_json_scan = _DECODER.scan_once  # the C scanner json.loads ends up in
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _json_decode(body: str) -> Any:
+    """`json.loads(body)`, calling the C scanner directly for a valid body (json.loads spends as
+    long in its Python wrappers as in scanning a call); an invalid one goes through `json.loads`'s
+    own path, so its error message is the usual one."""
+    try:
+        obj, end = _json_scan(body, _JSON_SPACE.match(body).end())  # type: ignore[union-attr]
+        if _JSON_SPACE.match(body, end).end() == len(body):  # type: ignore[union-attr]
+            return obj
+    except (StopIteration, ValueError):
+        pass
+    return _DECODER.decode(body)
 
 
 @dataclass(slots=True)
