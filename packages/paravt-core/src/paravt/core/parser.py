@@ -112,6 +112,7 @@ _new_tag = partial(tuple.__new__, TagSpan)
 _new_block = partial(tuple.__new__, Block)
 _new_issue = partial(tuple.__new__, Issue)
 _CALL_KINDS = frozenset({"tool_call", "tool_code"})
+_NO_CONTEXT: Mapping[str, Any] = {}  # validation context without limits (never written to)
 _DECODER = json.JSONDecoder()
 _json_scan = _DECODER.scan_once  # the C scanner json.loads ends up in
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")
@@ -277,7 +278,7 @@ def _is_time(value: Any) -> bool:
 
 
 class _Builder:
-    def __init__(self, text: str, tools: Mapping[str, type[BaseModel]], context: dict[str, Any]):
+    def __init__(self, text: str, tools: Mapping[str, type[BaseModel]], context: Mapping[str, Any]):
         self.text = text
         self.tools = tools
         self.context = context
@@ -301,7 +302,7 @@ class _Builder:
         )
         body = block.content
         span = (block.start, block.end)
-        if not body.strip():
+        if not body or body.isspace():
             self.issue(IssueKind.EMPTY_TOOL_CALL, f"empty <{block.kind}>", *span)
             self.out.tool_calls.append(ToolCall(None, {}, block, source, error="empty tool call"))
             return
@@ -359,7 +360,8 @@ class _Builder:
             self.out.tool_calls.append(ToolCall(name, arguments, block, source, error=msg))
             return
         try:
-            args = model.model_validate(arguments, context=self.context)
+            # the model's validator directly (model_validate is a Python wrapper around it)
+            args = model.__pydantic_validator__.validate_python(arguments, context=self.context)
         except ValidationError as exc:
             msg = format_validation_error(name, exc)
             self.issue(IssueKind.INVALID_ARGUMENTS, msg, *span)
@@ -395,7 +397,7 @@ def parse_response(
     """
     if type(text) is not str:
         text = str(text)
-    context = {"max_num_frames": max_num_frames} if max_num_frames else {}
+    context = {"max_num_frames": max_num_frames} if max_num_frames else _NO_CONTEXT
     b = _Builder(text, DEFAULT_TOOLS if tools is None else tools, context)
     out = b.out
     if transcript:
