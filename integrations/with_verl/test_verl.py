@@ -2,9 +2,10 @@
 
 The config is composed by verl's Hydra config (`ppo_trainer.yaml`) with the README's overrides,
 the function is loaded by verl's `get_custom_reward_fn`, and the scores come out of verl's
-experimental reward loop (`RewardLoopWorker`, what `main_ppo` uses in 0.9.1) and of every legacy
-reward manager that takes a custom `compute_score` (naive, dapo, batch, prime). Each must equal
-`paravt.rewards.score` on the same completions, extra metrics included.
+experimental reward loop (`RewardLoopManager` on ray and its `RewardLoopWorker`, what `main_ppo`
+uses in 0.9.1) and of every legacy reward manager that takes a custom `compute_score` (naive,
+dapo, batch, prime). Each must equal `paravt.rewards.score` on the same completions, extra
+metrics included.
 """
 
 from __future__ import annotations
@@ -148,6 +149,28 @@ def test_the_reward_loop_scores_equal_direct_scoring(
         k: [o["reward_extra_info"][k] for o in outputs] for k in outputs[0]["reward_extra_info"]
     }
     assert_extra_info(extra, preset)
+
+
+def test_main_ppos_reward_loop_manager_on_ray_scores_equal_direct_scoring(
+    tokenizer_path: Path,
+) -> None:
+    """The path `main_ppo` takes: `RewardLoopManager` starts `RewardLoopWorker` ray actors, which
+    load our function from the config in their own process, and gathers their scores."""
+    import ray
+    from verl.experimental.reward_loop import RewardLoopManager
+    from verl.utils import hf_tokenizer
+
+    config = compose_config(tokenizer_path, "reward.num_workers=1")
+    data = make_batch(hf_tokenizer(str(tokenizer_path)))
+    ray.init(num_cpus=1, include_dashboard=False)
+    try:
+        out = RewardLoopManager(config).compute_rm_score(data)
+    finally:
+        ray.shutdown()
+    expected = [direct(c).total for c in CASES]
+    assert last_token_rewards(out.batch["rm_scores"], data) == pytest.approx(expected)
+    extra = {k: list(out.non_tensor_batch[k]) for k in out.meta_info["reward_extra_keys"]}
+    assert_extra_info(extra, "paragrpo")
 
 
 def legacy_manager(name: str, config: Any, tokenizer: Any) -> Any:
