@@ -304,14 +304,32 @@ def test_memory_release_and_resume_reach_the_server(tiny_model_path: Path) -> No
 
 
 def test_distributed_weight_push_broadcasts_bucket_by_bucket_and_tags_the_last(
-    tiny_model_path: Path,
+    tiny_model_path: Path, tmp_path: Path
 ) -> None:
-    """The NCCL path's protocol on gloo against the stand-in (SGLang itself: untested)."""
-    from transformers import AutoModelForImageTextToText
+    """The NCCL path's protocol on gloo against the stand-in in its own process (both sides build
+    the group like SGLang's init_custom_process_group; SGLang itself: untested)."""
+    import os
+    import subprocess
+    import sys
 
-    srv = _start(tiny_model_path)
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    port_file = tmp_path / "port"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "paravt.core.fake_sglang", "--model-path", str(tiny_model_path)]
+    server = subprocess.Popen(
+        [*cmd, "--port", "0", "--port-file", str(port_file)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        engine = engine_for(srv)
+        deadline = time.monotonic() + 90
+        while not port_file.exists():
+            assert server.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        url = f"http://127.0.0.1:{port_file.read_text()}"
+        engine = SGLangServerEngine(url, AutoProcessor.from_pretrained(tiny_model_path))
         with socket_closed_port() as port:
             group = engine.init_weight_update_group("127.0.0.1", port, backend="gloo")
         trainer = AutoModelForImageTextToText.from_pretrained(tiny_model_path)
@@ -321,17 +339,18 @@ def test_distributed_weight_push_broadcasts_bucket_by_bucket_and_tags_the_last(
         state = trainer.state_dict()
         sent = engine.push_weights_distributed(state.items(), "step-1", group, bucket_bytes=1 << 20)
         assert sent == len(state) and engine.expected_weight_version == "step-1"
-        updates = [e for e in srv.fake.events if e["event"] == "update_weights_from_distributed"]
+        events = httpx.get(url + "/fake/events").json()
+        updates = [e for e in events if e["event"] == "update_weights_from_distributed"]
         assert len(updates) > 1  # bucketed
         assert [u["flush_cache"] for u in updates] == [False] * (len(updates) - 1) + [True]
-        assert [u["weight_version"] for u in updates][-1] == "step-1"
+        assert updates[-1]["weight_version"] == "step-1"
         assert sum(u["tensors"] for u in updates) == len(state)
-        ids = srv.fake.events[0]["probe_ids"]
-        x = torch.tensor([ids])
+        x = torch.tensor([events[0]["probe_ids"]])
         with torch.no_grad():
             logits = trainer(input_ids=x).logits[0, :-1].float()
         want = torch.log_softmax(logits, -1).gather(-1, x[0, 1:, None]).squeeze(-1).tolist()
         assert updates[-1]["probe_logprobs"] == pytest.approx(want, abs=1e-4)
         asyncio.run(engine.generate([prompt(engine, False)], SamplingParams(max_new_tokens=2)))
     finally:
-        srv.shutdown()
+        server.kill()
+        server.wait()

@@ -15,9 +15,8 @@ and `GET /fake/generated` the generation requests served per weight version, for
 
 Differences from SGLang, on purpose: image pads are expanded from the image grid directly (SGLang
 decodes the ids to text and re-tokenizes); one request is generated at a time (no continuous
-batching); weight-update groups on gloo only, formed with our own `WeightUpdateGroup` construction
-(TCP store + group-name prefix), not SGLang's `init_custom_process_group`. It is for tests and CPU
-rehearsals, not for serving.
+batching); weight-update groups on gloo only (formed by `WeightUpdateGroup.create`, which mirrors
+SGLang's `init_custom_process_group`). It is for tests and CPU rehearsals, not for serving.
 """
 
 from __future__ import annotations
@@ -222,24 +221,21 @@ class FakeSGLang:
         }
 
     def init_weights_update_group(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Join the trainer's weight-update group as rank `rank_offset` (gloo only: CPU)."""
-        from datetime import timedelta
-
-        import torch.distributed as dist
+        """Join the trainer's weight-update group as rank `rank_offset` (gloo only: CPU), built
+        like SGLang's `init_custom_process_group` (`WeightUpdateGroup.create`)."""
+        from paravt.core.engines.sglang_server import WeightUpdateGroup
 
         if body.get("backend", "nccl") != "gloo":
             return {"success": False, "message": "the fake server supports backend=gloo only"}
-        store = dist.TCPStore(
+        name = str(body.get("group_name", "weight_update_group"))
+        self.groups[name] = WeightUpdateGroup.create(
             str(body["master_address"]),
             int(body["master_port"]),
             int(body["world_size"]),
-            is_master=False,
-            timeout=timedelta(seconds=60),
-        )
-        name = str(body.get("group_name", "weight_update_group"))
-        prefixed = dist.PrefixStore(name, store)
-        self.groups[name] = dist.ProcessGroupGloo(
-            prefixed, int(body["rank_offset"]), int(body["world_size"])
+            rank=int(body["rank_offset"]),
+            backend="gloo",
+            group_name=name,
+            timeout_s=60,
         )
         self.events.append({"event": "init_weights_update_group", "group_name": name})
         return {"success": True, "message": "joined"}
@@ -247,7 +243,6 @@ class FakeSGLang:
     def update_weights_from_distributed(self, body: dict[str, Any]) -> dict[str, Any]:
         """Receive `names` (with `dtypes`, `shapes`) by broadcast from rank 0 and load them."""
         import torch
-        import torch.distributed as dist
 
         name = str(body.get("group_name", "weight_update_group"))
         group = self.groups.get(name)
@@ -256,9 +251,7 @@ class FakeSGLang:
         state: dict[str, Any] = {}
         for pname, dtype, shape in zip(body["names"], body["dtypes"], body["shapes"]):
             tensor = torch.empty(list(shape), dtype=getattr(torch, str(dtype)))
-            opts = dist.BroadcastOptions()
-            opts.rootRank = 0
-            group.broadcast([tensor], opts).wait()
+            group.broadcast(tensor, 0)
             state[pname] = tensor
         own = self.engine.model.state_dict()
         unknown = sorted(set(state) - set(own))

@@ -664,9 +664,12 @@ class SGLangServerEngine(HFChatEncoder):
 
 
 class WeightUpdateGroup:
-    """Rank 0 of a process group shared with SGLang servers, made the way SGLang's
-    `init_custom_process_group` makes it (TCP rendezvous at `master_address:master_port`, a store
-    prefixed by the group name), without touching the trainer's default group."""
+    """One member of a process group shared by trainer rank 0 and SGLang servers' ranks, made the
+    way SGLang's `init_custom_process_group` makes it (as verl, slime, AReaL and OpenRLHF do on the
+    trainer side): a TCP rendezvous at `master_address:master_port`, the store prefixed by the
+    group name, torch's process-group helper, and the group registered with its ranks so
+    `torch.distributed.broadcast(..., group=...)` works. It leaves the trainer's default group
+    alone. Uses private torch.distributed helpers (as those frameworks do)."""
 
     def __init__(self, pg: Any) -> None:
         self.pg = pg
@@ -678,39 +681,47 @@ class WeightUpdateGroup:
         master_port: int,
         world_size: int,
         *,
+        rank: int = 0,
         backend: str = "nccl",
         group_name: str = "weight_update_group",
         timeout_s: float = 600.0,
     ) -> WeightUpdateGroup:
-        """Rendezvous as rank 0 of `world_size` and build the backend's process group."""
+        """Rendezvous as `rank` of `world_size` and build the backend's process group."""
+        import inspect
         from datetime import timedelta
 
-        import torch.distributed as dist
-
-        store = dist.TCPStore(
-            master_address,
-            master_port,
-            world_size,
-            is_master=True,
-            timeout=timedelta(seconds=timeout_s),
+        from torch.distributed.distributed_c10d import (
+            Backend,
+            PrefixStore,
+            _new_process_group_helper,
+            _world,
+            rendezvous,
         )
-        prefixed = dist.PrefixStore(group_name, store)
-        if backend == "nccl":
-            pg = dist.ProcessGroupNCCL(prefixed, 0, world_size)
-        elif backend == "gloo":
-            pg = dist.ProcessGroupGloo(prefixed, 0, world_size)
-        else:
+
+        if backend not in ("nccl", "gloo"):
             raise ValueError(f"backend {backend!r} is not 'nccl' or 'gloo'")
+        timeout = timedelta(seconds=timeout_s)
+        url = f"tcp://{master_address}:{master_port}"
+        store, rank, world_size = next(rendezvous(url, rank, world_size, timeout=timeout))
+        store.set_timeout(timeout)
+        store = PrefixStore(group_name, store)
+        params = inspect.signature(_new_process_group_helper).parameters
+        options = "backend_options" if "backend_options" in params else "pg_options"
+        pg, _ = _new_process_group_helper(
+            world_size,
+            rank,
+            [],
+            Backend(backend),
+            store,
+            group_name=group_name,
+            timeout=timeout,
+            **{options: None},
+        )
+        _world.pg_group_ranks[pg] = {i: i for i in range(world_size)}
         return cls(pg)
 
     def broadcast(self, tensor: Any, src: int = 0) -> None:
-        """Broadcast `tensor` from rank `src` to every member."""
-        self.pg.broadcast([tensor], self._opts(src)).wait()
-
-    @staticmethod
-    def _opts(src: int) -> Any:
+        """Broadcast `tensor` from group rank `src` to every member."""
         import torch.distributed as dist
 
-        opts = dist.BroadcastOptions()
-        opts.rootRank = src
-        return opts
+        dist.broadcast(tensor, src=src, group=self.pg)
