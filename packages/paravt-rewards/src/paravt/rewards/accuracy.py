@@ -44,6 +44,9 @@ def as_text(value: Any) -> str:
 
 def normalize_text(text: str) -> str:
     """Lowercase, drop English articles and ASCII punctuation, collapse whitespace."""
+    if len(text) == 1:  # a bare letter (most MCQ answers and truths): the same rules, directly
+        char = text.lower()
+        return "" if char == "a" or char in string.punctuation or char.isspace() else char
     text = _ARTICLES.sub(" ", _cut(text).lower())
     if text.isascii():  # bytes.translate deletes characters ~3x faster than str.translate
         text = text.encode().translate(None, _PUNCT_BYTES).decode()

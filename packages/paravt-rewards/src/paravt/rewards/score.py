@@ -140,7 +140,9 @@ def _compose(
         tool_responses=responses,
     )
     text = fmt_parsed.text
-    if config.degenerate_guard or config.repetition_guard:
+    if (
+        config.degenerate_guard and len(text) < config.chat_spam_max_chars
+    ) or config.repetition_guard:
         degenerate = degenerate_reason(
             text,
             guard=config.degenerate_guard,
@@ -175,6 +177,7 @@ def _compose(
         min_think_chars=config.min_think_chars,
         think_before_tool_bonus=config.think_before_tool_bonus,
         balanced_tags_bonus=config.balanced_tags_bonus,
+        parseable=parseable,
     )
     anchor = terms.anchor if config.lambda_anchor > 0 else 0.0
     fmt = terms.base

@@ -100,6 +100,7 @@ def format_terms(
     min_think_chars: int = 10,
     think_before_tool_bonus: float = 0.3,
     balanced_tags_bonus: float = 0.1,
+    parseable: bool | None = None,
 ) -> FormatTerms:
     """The base format reward and the (unscaled) anchoring reward of one response.
 
@@ -109,11 +110,16 @@ def format_terms(
     `balanced_tags_bonus` when anything was earned and all tag pairs balance; capped at 1.
     Anchor: +0.4 for `</think>` after a substantive think, +0.3 more for the full
     think -> answer flow, -0.3 when `<think>` is opened and never closed.
+    `parseable` is `parseable_call(parsed)` when the caller has it already.
     """
     think_w, open_w, close_w = (0.2, 0.3, 0.2) if answer_suffix else (0.3, 0.2, 0.1)
     think = substantive_think(parsed, min_chars=min_think_chars)
     answer = nonempty_answer(parsed)
-    order = think and think_before_tool(parsed) and parseable_call(parsed)
+    order = (
+        think
+        and think_before_tool(parsed)
+        and (parseable_call(parsed) if parseable is None else parseable)
+    )
     base = think_w * think + (open_w + close_w) * answer + think_before_tool_bonus * order
     counts = parsed.tag_counts_view()
     balanced = (
