@@ -22,7 +22,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from functools import partial
 from operator import itemgetter
 from typing import Any, Literal, NamedTuple
 
@@ -107,10 +106,8 @@ class Issue(NamedTuple):
 
 
 _ISSUE_ORDER = itemgetter(2, 3)
-# Constructors that skip the generated Python `__new__` (the parser makes one object per tag).
-_new_tag = partial(tuple.__new__, TagSpan)
-_new_block = partial(tuple.__new__, Block)
-_new_issue = partial(tuple.__new__, Issue)
+# `_tuple_new(TagSpan, (...))` skips the generated Python `__new__` (one object per tag).
+_tuple_new = tuple.__new__
 _CALL_KINDS = frozenset({"tool_call", "tool_code"})
 _NO_CONTEXT: Mapping[str, Any] = {}  # validation context without limits (never written to)
 _DECODER = json.JSONDecoder()
@@ -402,8 +399,7 @@ def parse_response(
     out = b.out
     if transcript:
         out.transcript = True
-    if len(text) > _PAIRS_MAX_CHARS or not _scan_pairs(text, b, transcript):
-        _scan(text, b, transcript)
+    _scan(text, b, transcript)
     blocks, issues = out.blocks, out.issues
 
     answers = [blk for blk in blocks if blk.kind == "answer"] if "<answer>" in text else None
@@ -456,43 +452,47 @@ def _scan(text: str, b: _Builder, transcript: bool) -> None:
         if budget < 0:
             stop = start
             add_issue(
-                _new_issue(
+                _tuple_new(
+                    Issue,
                     (
                         IssueKind.TOO_MANY_TAGS,
                         f"more than {MAX_TAGS} structural tags: tag spam; the "
                         f"{len(text) - start} characters from offset {start} on are not parsed",
                         start,
                         len(text),
-                    )
+                    ),
                 )
             )
             break
         tag = m.group()
         kind, opening, length = info[tag]
         end = start + length
-        add_tag(_new_tag((tag, start, end)))
+        add_tag(_tuple_new(TagSpan, (tag, start, end)))
         counts[tag] += 1
         if opening:
             if open_kind is None:
                 if start > cursor:
                     _stray(text, cursor, start, issues)
             elif open_kind == kind:
-                add_issue(_new_issue((IssueKind.NESTED_TAG, f"{tag} inside <{kind}>", start, end)))
+                add_issue(
+                    _tuple_new(Issue, (IssueKind.NESTED_TAG, f"{tag} inside <{kind}>", start, end))
+                )
                 continue
             else:  # a different block starts: the open one was never closed
-                block = _new_block(
-                    (open_kind, open_start, start, content_start, start, False,
-                     text[content_start:start])
-                )  # fmt: skip
+                content = text[content_start:start]
+                block = _tuple_new(
+                    Block, (open_kind, open_start, start, content_start, start, False, content)
+                )
                 add_block(block)
                 add_issue(
-                    _new_issue(
+                    _tuple_new(
+                        Issue,
                         (
                             IssueKind.UNCLOSED_TAG,
                             f"<{open_kind}> is never closed",
                             open_start,
                             start,
-                        )
+                        ),
                     )
                 )
                 if open_kind in _CALL_KINDS:
@@ -504,8 +504,9 @@ def _scan(text: str, b: _Builder, transcript: bool) -> None:
                 close = text.find(TOOL_RESPONSE_CLOSE, end)
                 skip_to = close if close != -1 else len(text) + 1
         elif open_kind == kind:
-            block = _new_block(
-                (kind, open_start, end, content_start, start, True, text[content_start:start])
+            block = _tuple_new(
+                Block,
+                (kind, open_start, end, content_start, start, True, text[content_start:start]),
             )
             add_block(block)
             if kind in _CALL_KINDS:
@@ -517,13 +518,14 @@ def _scan(text: str, b: _Builder, transcript: bool) -> None:
         else:
             where = f" inside <{open_kind}>" if open_kind else ""
             add_issue(
-                _new_issue(
+                _tuple_new(
+                    Issue,
                     (
                         IssueKind.UNEXPECTED_CLOSE,
                         f"{tag} without a matching <{kind}>{where}",
                         start,
                         end,
-                    )
+                    ),
                 )
             )
             if open_kind is None:
@@ -531,12 +533,15 @@ def _scan(text: str, b: _Builder, transcript: bool) -> None:
                     _stray(text, cursor, start, issues)
                 cursor = end
     if open_kind is not None:
-        block = _new_block(
-            (open_kind, open_start, stop, content_start, stop, False, text[content_start:stop])
+        block = _tuple_new(
+            Block,
+            (open_kind, open_start, stop, content_start, stop, False, text[content_start:stop]),
         )
         add_block(block)
         add_issue(
-            _new_issue((IssueKind.UNCLOSED_TAG, f"<{open_kind}> is never closed", open_start, stop))
+            _tuple_new(
+                Issue, (IssueKind.UNCLOSED_TAG, f"<{open_kind}> is never closed", open_start, stop)
+            )
         )
         if open_kind in _CALL_KINDS:
             b.tool_call(block)
@@ -544,53 +549,6 @@ def _scan(text: str, b: _Builder, transcript: bool) -> None:
             b.model_tool_response(block)
     elif stop > cursor:
         _stray(text, cursor, stop, issues)
-
-
-# The well-formed fast path applies to texts up to this size (longer ones are rare and may be spam).
-_PAIRS_MAX_CHARS = 65_536
-_CLOSE_OF: dict[str, str] = {tag: "</" + tag[1:] for tag in OPEN_TAGS}
-
-
-def _scan_pairs(text: str, b: _Builder, transcript: bool) -> bool:
-    """The fast path for the common case: every tag is an opening tag directly followed by its
-    own closing tag (no unclosed, nested or stray tags). Builds exactly what `_scan` builds for
-    such a text, with one step per block instead of two table-driven steps per tag; returns False
-    (having built nothing) for any other text."""
-    found = _TAG_PATTERN.findall(text)
-    n = len(found)
-    if n & 1 or n > MAX_TAGS or list(map(_CLOSE_OF.get, found[0::2])) != found[1::2]:
-        return False
-    out = b.out
-    counts = out._counts = dict.fromkeys(STRUCTURAL_TAGS, 0)
-    tags, blocks, issues = out.tags, out.blocks, out.issues
-    find, info = text.find, _TAG_INFO
-    pos = 0
-    for i in range(0, n, 2):
-        opening, closing = found[i], found[i + 1]
-        kind, _, open_len = info[opening]
-        # tags cannot overlap, so the next occurrence of a tag string is the tag findall saw
-        start = find(opening, pos)
-        content_start = start + open_len
-        content_end = find(closing, content_start)
-        end = content_end + open_len + 1
-        if start > pos:
-            _stray(text, pos, start, issues)
-        tags.append(_new_tag((opening, start, content_start)))
-        tags.append(_new_tag((closing, content_end, end)))
-        counts[opening] += 1
-        counts[closing] += 1
-        block = _new_block(
-            (kind, start, end, content_start, content_end, True, text[content_start:content_end])
-        )
-        blocks.append(block)
-        if kind in _CALL_KINDS:
-            b.tool_call(block)
-        elif kind == "tool_response" and not transcript:
-            b.model_tool_response(block)
-        pos = end
-    if len(text) > pos:
-        _stray(text, pos, len(text), issues)
-    return True
 
 
 def _stray(text: str, start: int, end: int, issues: list[Issue]) -> None:
@@ -601,12 +559,13 @@ def _stray(text: str, start: int, end: int, issues: list[Issue]) -> None:
     stripped = chunk.strip()
     lead = chunk.find(stripped[0])
     issues.append(
-        _new_issue(
+        _tuple_new(
+            Issue,
             (
                 IssueKind.TEXT_OUTSIDE_TAGS,
                 f"text outside tags: {stripped[:40]!r}",
                 start + lead,
                 start + lead + len(stripped),
-            )
+            ),
         )
     )
