@@ -158,7 +158,7 @@ class FakeSGLang:
         )
         with torch.no_grad():
             (out,) = self.engine.generate_sync([traj], sampling)
-        reason = {"type": out.finish_reason}
+        reason: dict[str, Any] = {"type": out.finish_reason}
         if out.finish_reason == "stop" and out.token_ids:
             reason["matched"] = out.token_ids[-1]
         meta.update(completion_tokens=len(out.token_ids), finish_reason=reason)

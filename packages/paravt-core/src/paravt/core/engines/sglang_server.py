@@ -332,7 +332,7 @@ class SGLangServerEngine(HFChatEncoder):
                 raise ServerError(
                     f"{url} answered HTTP {response.status_code}: {response.text[:500]}"
                 )
-            return response.json()  # type: ignore[no-any-return]
+            return response.json()
         raise self._error(f"POST {path}", base, self.retries + 1, started, last)
 
     def _request_sync(
