@@ -100,6 +100,29 @@ def test_requests_carry_collapsed_image_pads_data_urls_and_sglang_sampling_names
     assert body["return_logprob"] is True
 
 
+def test_each_frame_is_encoded_once_across_turns(
+    server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import paravt.core.engines.openai as openai_engine
+
+    calls: list[int] = []
+    real = openai_engine.image_data_url
+
+    def counting(image: Any, **kw: Any) -> str:
+        calls.append(1)
+        return real(image, **kw)
+
+    monkeypatch.setattr(openai_engine, "image_data_url", counting)
+    engine = engine_for(server)
+    traj = prompt(engine, with_images=True)
+    first = engine.request_body(traj, SamplingParams())["image_data"]
+    again = engine.request_body(traj, SamplingParams())["image_data"]
+    assert first == again and len(calls) == 2  # two frames, encoded once each
+    other = prompt(engine, with_images=True)  # new chunks (same pixels): encoded anew
+    engine.request_body(other, SamplingParams())
+    assert len(calls) == 4
+
+
 def test_greedy_generation_through_the_server_equals_the_in_process_engine(
     server: Any, hf_engine: Any
 ) -> None:

@@ -49,6 +49,7 @@ import json
 import logging
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -180,6 +181,7 @@ class SGLangServerEngine(HFChatEncoder):
         self._in_flight = dict.fromkeys(self.urls, 0)
         # One httpx client and one semaphore per event loop (both bind to the loop they first run
         # on; the trainer calls asyncio.run once per step).
+        self._urls: OrderedDict[int, tuple[weakref.ref[Any], str]] = OrderedDict()
         self._per_loop: weakref.WeakKeyDictionary[Any, tuple[Any, asyncio.Semaphore]] = (
             weakref.WeakKeyDictionary()
         )
@@ -196,8 +198,11 @@ class SGLangServerEngine(HFChatEncoder):
             out.append(tid)
         return out
 
+    URL_CACHE_SIZE = 4096  # encoded frames kept (a trajectory re-sends its frames every turn)
+
     def request_images(self, chunks: Iterable[ImageChunk]) -> list[str]:
-        """The frames of `chunks` as data URLs (lossless PNG by default), in prompt order."""
+        """The frames of `chunks` as data URLs (lossless PNG by default), in prompt order. Each
+        frame is encoded once: later turns of a trajectory re-send the same chunks."""
         from paravt.core.engines.openai import image_data_url
 
         images = []
@@ -206,7 +211,16 @@ class SGLangServerEngine(HFChatEncoder):
                 raise ValueError(
                     "an image was encoded without its frame; use this engine's encoder"
                 )
-            images.append(image_data_url(chunk.image, fmt=self.image_format))
+            cached = self._urls.get(id(chunk))
+            if cached is not None and cached[0]() is chunk:
+                self._urls.move_to_end(id(chunk))
+                images.append(cached[1])
+                continue
+            url = image_data_url(chunk.image, fmt=self.image_format)
+            self._urls[id(chunk)] = (weakref.ref(chunk), url)
+            while len(self._urls) > self.URL_CACHE_SIZE:
+                self._urls.popitem(last=False)
+            images.append(url)
         return images
 
     def sampling_params(self, sampling: SamplingParams) -> dict[str, Any]:
