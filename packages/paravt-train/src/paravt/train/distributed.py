@@ -1,16 +1,21 @@
 """Process groups and the three ways a model trains: one process, FSDP2, DeepSpeed ZeRO.
 
 `Backend` hides the differences the recipes care about: backward with gradient accumulation, one
-optimiser step (clip, step, schedule, zero), the full state dict on every rank (for checkpoints and
-for the rollout engine), and optimiser state save/load.
+optimiser step (clip, step, schedule, zero), the full weights gathered tensor by tensor (for
+checkpoints and for rollout engines), and optimiser state save/load.
 
 - `none`: plain module (several torchrun ranks without sharding are not supported: use fsdp2).
-- `fsdp2`: `torch.distributed.fsdp.fully_shard` on every decoder/vision block and the root;
-  gradients are averaged over ranks by FSDP. Rollouts cannot run on the sharded module (ranks would
-  generate different numbers of tokens and their all-gathers would deadlock), so the trainer keeps
-  an unsharded replica for the engine and refreshes it from the full state dict after every step.
+- `fsdp2`: `torch.distributed.fsdp.fully_shard` on every decoder/vision block and the root, fp32
+  master weights with a bf16/fp32-reduce `MixedPrecisionPolicy` when computing in bf16;
+  gradients are averaged over ranks by FSDP. Rollouts cannot run on the sharded module (ranks
+  would generate different numbers of tokens and their all-gathers would deadlock), so the
+  hf engine runs on an unsharded replica refreshed bucket by bucket after every step.
 - `deepspeed`: `deepspeed.initialize` with ZeRO-2 (or 3) and a client AdamW; the accumulation
   boundary is set explicitly, so a step may have any number of micro-batches.
+
+Rank symmetry: each process binds its GPU before the group starts (`init_distributed`), every
+collective's tensors live on the group's device (`collective_device`), and trainers run the same
+number of forward/backward passes on every rank (`paravt.train.modeling.balance_micro_batches`).
 """
 
 from __future__ import annotations
