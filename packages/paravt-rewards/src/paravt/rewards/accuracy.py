@@ -183,8 +183,8 @@ def mcq_accuracy(
     The ground truth may be a letter in any accepted form or, with `options`, an option's text.
     """
     gold_text, answer = ground_truth.strip().upper(), prediction.strip().upper()
-    if len(gold_text) == 1 and gold_text in letters and answer == gold_text:
-        return 1.0  # the bare correct letter, the commonest answer (extract_choice agrees)
+    if len(gold_text) == 1 and gold_text in letters and len(answer) == 1 and answer in letters:
+        return 1.0 if answer == gold_text else 0.0  # bare letters, the commonest case
     gold = extract_choice(ground_truth, options, letters)
     if gold is None:
         return 0.0
