@@ -302,8 +302,9 @@ class AgentProtocol(_Frozen):
         *,
         kind: AnswerKind = "mcq",
     ) -> str:
-        """The question text: options laid out with the mode's instruction, or the grounding
-        template over a caption, or the question as given."""
+        """The question text: options laid out with the mode's instruction; an MCQ whose text
+        already lists its options plus the mode's instruction; the grounding template over a
+        caption; or the question as given (`open`)."""
         q = self.question
         if options:
             lines = "\n".join(
@@ -315,6 +316,9 @@ class AgentProtocol(_Frozen):
                 question=question.rstrip(), options=lines, instruction=instruction
             )
             return text.rstrip("\n") if not instruction else text
+        if kind == "mcq":  # options already in the text: the mode's instruction follows
+            instruction = q.mcq_instruction.get(self.prompt_mode, "")
+            return f"{question}\n{instruction}" if instruction else question
         if kind == "grounding" and q.grounding_template is not None:
             return q.grounding_template.format(caption=question)
         return question
@@ -347,7 +351,8 @@ class AgentProtocol(_Frozen):
             if o.frame_timestamps:
                 content.append(TextPart(timestamp_text(frame.timestamp_s)))
             content.append(ImagePart(frame.image))
-        content.append(TextPart(o.question_prefix + self.question_text(question_text, video_name)))
+        prefix = "" if question_text.startswith(o.question_prefix) else o.question_prefix
+        content.append(TextPart(prefix + self.question_text(question_text, video_name)))
         messages: list[Message] = []
         system = self.system_prompt()
         if system is not None:
@@ -530,7 +535,10 @@ PARAVT_PROTOCOL = AgentProtocol(
     },
     think_prefix_modes=("reasoning", "agentic_general", "agentic_minimal"),
     overview=OverviewSpec(),
-    question=QuestionSpec(),
+    question=QuestionSpec(
+        grounding_template='When does this happen in the video: "{caption}"? Answer with its start '
+        "and end times in seconds."
+    ),
     crop=CropSpec(),
     tool_result=ToolResultSpec(form="subagent", role="tool"),
     final_turn=FinalTurnSpec(mode="told_to_answer", note={"mcq": FINAL_ANSWER_NOTE}),

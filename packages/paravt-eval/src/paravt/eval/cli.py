@@ -91,7 +91,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         video=args.video,
         question=args.question,
         options=args.option or None,
-        answer_kind=args.kind,
+        answer_kind=args.kind or ("mcq" if args.option else "open"),
     )
     trace = agent.run([sample])[0]
     if args.json:
@@ -154,9 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument(
         "--kind",
         choices=("mcq", "grounding", "open"),
-        default="mcq",
-        help="answer kind: picks the final-answer note and how the answer is read (grounding: "
-        "the question is the event's caption)",
+        default=None,
+        help="answer kind (default: mcq with --option, else open): picks the final-answer note "
+        "and how the answer is read (grounding: the question is the event's caption)",
     )
     ask.add_argument("--json", action="store_true", help="print the trace as JSON")
     _add_protocol_args(ask)
