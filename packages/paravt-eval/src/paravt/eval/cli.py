@@ -1,7 +1,7 @@
 """`paravt-eval`: ask one question about one video, write the offline lmms-eval tasks, reproduce tables.
 
 paravt-eval ask --model PATH|tiny --video V "question" [--json]
-paravt-eval tasks SYNTH_DIR [--out DIR] [--limit N]
+paravt-eval tasks SYNTH_DIR [--out DIR] [--limit N] | paravt-eval tasks --paper
 paravt-eval reproduce [--out DIR] [--checkpoints base=PATH,...] [...]
 """
 
@@ -103,8 +103,21 @@ def cmd_ask(args: argparse.Namespace) -> int:
     return 1 if trace.error else 0
 
 
+def paper_task_dir() -> Path:
+    """The shipped `paravt_paper` task directory (for lmms-eval's `--include_path`)."""
+    from importlib import resources
+
+    return Path(str(resources.files("paravt.eval") / "lmms_tasks" / "paravt_paper"))
+
+
 def cmd_tasks(args: argparse.Namespace) -> int:
     from paravt.eval.synth_tasks import synth_documents, write_synth_tasks
+
+    if args.paper:
+        print(paper_task_dir())
+        return 0
+    if not args.synth_dir:
+        raise ValueError("give SYNTH_DIR (a `paravt-tools synth` directory) or --paper")
 
     out = write_synth_tasks(args.synth_dir, args.out, limit=args.limit)
     counts = {name: len(rows) for name, rows in synth_documents(args.synth_dir).items()}
@@ -163,7 +176,14 @@ def build_parser() -> argparse.ArgumentParser:
     ask.set_defaults(func=cmd_ask)
 
     tasks = sub.add_parser("tasks", help="write the offline lmms-eval tasks for a synth directory")
-    tasks.add_argument("synth_dir", help="a directory written by `paravt-tools synth`")
+    tasks.add_argument(
+        "synth_dir", nargs="?", default=None, help="a directory written by `paravt-tools synth`"
+    )
+    tasks.add_argument(
+        "--paper",
+        action="store_true",
+        help="print the include path of the paravt_paper task group (the paper's seven splits)",
+    )
     tasks.add_argument("--out", default=None, help="default: SYNTH_DIR/lmms_eval_tasks")
     tasks.add_argument("--limit", type=int, default=None, help="documents per task at most")
     tasks.set_defaults(func=cmd_tasks)
