@@ -70,6 +70,7 @@ if __name__ == "__main__":
             "rollout.server.backoff_s=0.2",
             "rollout.server.timeout_s=60",
             "rollout.server.verify_sync=true",
+            "rollout.server.colocate=true",
             "rollout.batch_prompts=2",
             "rollout.group_size=2",
             "rollout.max_new_tokens=12",

@@ -3,7 +3,8 @@ torchrun (FSDP2 on gloo) and our stand-in server process (`python -m paravt.core
 SGLang native API subset over the tiny Qwen3-VL), rollout.engine=sglang_server.
 
 What it proves: 3 RL steps end to end with no hang; weights pushed from rank 0 after every step
-(versions step-0..step-3) and the server generating with them (every reply's weight version checked
+(versions step-0..step-3; with colocate, memory released for the update and resumed before the
+push) and the server generating with them (every reply's weight version checked
 by the engine; the server counts requests per version); after each push the server's log-probs of
 a fixed sequence change and equal the trainer's weights' at that step (checkpoints); a server
 killed mid-run ends training with an error naming it, not a hang. What it cannot prove: anything
@@ -88,6 +89,9 @@ def test_three_rl_steps_through_the_server_push_weights_it_then_generates_with(
 
     updates = [e for e in events if e["event"] == "update_weights_from_disk"]
     assert [u["weight_version"] for u in updates] == ["step-0", "step-1", "step-2", "step-3"]
+    # colocate: memory released for every update and taken back before the push
+    order = [e["event"].split("_")[0] for e in events[1:]]
+    assert order == ["resume", "update"] + ["release", "resume", "update"] * 3
     # rollouts of step k+1 ran on the weights pushed after step k, and on nothing else
     assert set(generated) == {"step-0", "step-1", "step-2"} and min(generated.values()) >= 4
 
@@ -127,7 +131,7 @@ def test_a_killed_server_stops_training_with_an_error_naming_it_not_a_hang(
     try:
         deadline = time.monotonic() + BOUND_S
         while True:  # wait until one step's weights reached the server, then kill it mid-run
-            versions = [e["weight_version"] for e in httpx.get(url + "/fake/events").json()]
+            versions = [e.get("weight_version") for e in httpx.get(url + "/fake/events").json()]
             if "step-1" in versions:
                 break
             assert run.poll() is None and time.monotonic() < deadline
