@@ -1,6 +1,7 @@
 """The CPU rehearsal of the 8-GPU trainers (run by test_distributed.py).
 
-    torchrun --nproc_per_node 2 rehearsal_driver.py MODEL OUT        # 2 ranks, FSDP2 on gloo
+    torchrun --nproc_per_node 2 rehearsal_driver.py MODEL OUT        # 2 ranks on gloo: FSDP2
+    (PARAVT_REHEARSAL_STRATEGY=deepspeed: ZeRO-2)
     python rehearsal_driver.py MODEL OUT --sft-reference              # 1 process, same SFT rows
 
 Work differs per rank on purpose. SFT: 3 steps of 3 rows per rank, some rows longer than
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ from paravt.train.recipe import load_recipe
 from paravt.train.rl import train_rl
 from paravt.train.sft import train_sft
 
+STRATEGY = os.environ.get("PARAVT_REHEARSAL_STRATEGY", "fsdp2")  # or deepspeed (ZeRO-2)
 SFT_STEPS = 3
 RL_STEPS = 3
 ROWS_PER_RANK = 3  # sft.batch_size 1 x sft.grad_accum 3
@@ -123,7 +126,7 @@ def run_sft(model: str, out: Path, *, reference: bool) -> None:
             f"model.path={model}",
             "model.build_tiny=false",
             f"output_dir={out / ('sft-reference' if reference else 'sft')}",
-            f"distributed.strategy={'none' if reference else 'fsdp2'}",
+            f"distributed.strategy={'none' if reference else STRATEGY}",
             f"max_steps={SFT_STEPS}",
             "sft.batch_size=1",
             f"sft.grad_accum={accum}",
@@ -161,7 +164,7 @@ def run_rl(model: str, out: Path) -> None:
         [
             f"model.path={model}",
             f"output_dir={out / 'rl'}",
-            "distributed.strategy=fsdp2",
+            f"distributed.strategy={STRATEGY}",
             f"max_steps={RL_STEPS}",
             "rollout.batch_prompts=2",
             "rollout.group_size=2",

@@ -1,6 +1,6 @@
-"""The CPU rehearsal of the 8-GPU trainers: torchrun with 2 ranks, FSDP2 on gloo, unequal work per
-rank (rehearsal_driver.py), and single-process DeepSpeed ZeRO-2; an FSDP2 checkpoint loads and
-resumes in one process.
+"""The CPU rehearsal of the 8-GPU trainers: torchrun with 2 ranks on gloo, FSDP2 and DeepSpeed
+ZeRO-2, unequal work per rank (rehearsal_driver.py), and single-process DeepSpeed ZeRO-2; an FSDP2
+checkpoint loads and resumes in one process.
 
 What the rehearsal proves (within a 60 s collective timeout and a 280 s wall bound): no hang with
 rank-dependent micro-batch and sub-agent counts (a rank with no usable SFT row included); the same
@@ -48,15 +48,18 @@ def _check_run(out: Path) -> None:
         assert (out / stage / "final" / "model.safetensors").is_file()
 
 
-def run_rehearsal(model: Path, out: Path) -> subprocess.CompletedProcess[bytes]:
+def run_rehearsal(
+    model: Path, out: Path, strategy: str = "fsdp2"
+) -> subprocess.CompletedProcess[bytes]:
     """torchrun 2 ranks of the rehearsal, then the one-process SFT reference; raises
     subprocess.TimeoutExpired past the bound (a hang)."""
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
     cmd = [torchrun, "--nproc_per_node", "2", str(REHEARSAL), str(model), str(out)]
-    done = subprocess.run(cmd, env=_env(out), capture_output=True, timeout=REHEARSAL_BOUND_S)
+    env = {**_env(out), "PARAVT_REHEARSAL_STRATEGY": strategy}
+    done = subprocess.run(cmd, env=env, capture_output=True, timeout=REHEARSAL_BOUND_S)
     if done.returncode == 0:
         ref = [sys.executable, str(REHEARSAL), str(model), str(out), "--sft-reference"]
-        done = subprocess.run(ref, env=_env(out), capture_output=True, timeout=120)
+        done = subprocess.run(ref, env=env, capture_output=True, timeout=120)
     return done
 
 
@@ -71,10 +74,13 @@ def _rel(a: float, b: float) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["fsdp2", "deepspeed"])
 def test_the_two_rank_rehearsal_runs_unequal_work_in_step_and_normalises_globally(
-    tiny_model_path: Path, tmp_path: Path
+    tiny_model_path: Path, tmp_path: Path, strategy: str
 ) -> None:
-    done = run_rehearsal(tiny_model_path, tmp_path)
+    if strategy == "deepspeed":
+        import deepspeed  # noqa: F401  (paravt-train[deepspeed]; missing means a broken venv)
+    done = run_rehearsal(tiny_model_path, tmp_path, strategy)
     assert done.returncode == 0, done.stderr.decode()[-4000:]
 
     # SFT: equal micro-batch counts per step (3/0, 1/2, 3/2 rows padded to the maximum); the
@@ -116,6 +122,8 @@ def test_the_two_rank_rehearsal_runs_unequal_work_in_step_and_normalises_globall
     assert differs, "no step where per-rank and global normalisation differ: the check is void"
     rows = _steps(tmp_path / "rl" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
+    if strategy != "fsdp2":
+        return
 
     # the FSDP2 checkpoint loads as a plain HF model with its optimiser in one process
     import torch
