@@ -141,3 +141,25 @@ def test_model_arguments_are_validated_with_errors_that_name_the_fix(tmp_path):
         parse_eval_config({"pretrained": str(tmp_path), "dispatch": "both"})
     with pytest.raises(ValueError, match="needs model"):
         parse_eval_config({"base_url": "http://localhost:8000/v1"})
+
+
+def test_a_checkpoint_that_records_its_protocol_is_evaluated_under_it(tmp_path):
+    from paravt.core import PAPER_PROTOCOL, PARAVT_PROTOCOL
+
+    assert EvalConfig(pretrained=str(tmp_path)).resolved_protocol() == PARAVT_PROTOCOL
+    recorded = PAPER_PROTOCOL.with_overrides(prompt_mode="agentic_minimal", max_turns=2)
+    recorded.save(tmp_path)
+    config = EvalConfig(pretrained=str(tmp_path))
+    assert config.resolved_protocol() == recorded
+    assert config.agent_config().max_turns == 3  # 2 tool turns + the forced request
+    # flags override single fields; protocol= overrides the recorded one
+    assert EvalConfig(pretrained=str(tmp_path), max_turns=3).resolved_protocol().max_turns == 3
+    assert EvalConfig(pretrained=str(tmp_path), protocol="paravt").resolved_protocol().name == (
+        "paravt"
+    )
+    assert (
+        EvalConfig(base_url="http://x/v1", model="m", protocol=str(tmp_path)).resolved_protocol()
+        == recorded
+    )
+    with pytest.raises(ValueError, match="neither paravt nor paper"):
+        parse_eval_config({"pretrained": str(tmp_path), "protocol": "papr"})

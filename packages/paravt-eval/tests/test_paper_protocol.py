@@ -319,3 +319,93 @@ def test_times_and_calls_are_read_as_the_driver_reads_them():
         assert (math.isnan(got) and math.isnan(seconds)) or got == seconds, value
     for text, calls in READINGS["parse_tool_calls"].items():
         assert driver_tool_calls(text) == calls, text
+
+
+# ------------------------------------------------------------------------- a local checkpoint
+
+
+class Recording:
+    """Wraps an engine; records each main-agent request's messages and max_new_tokens."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.requests: list[tuple[list[Any], int]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+    async def generate(self, trajectories: Any, sampling: Any) -> Any:
+        for t in trajectories:
+            self.requests.append((list(t.messages), sampling.max_new_tokens))
+        return await self.engine.generate(trajectories, sampling)
+
+
+def as_record(message: Any) -> dict[str, Any]:
+    """One of our messages in the fixture's form (images by size only)."""
+    from paravt.core import ImagePart
+
+    if isinstance(message.content, str):
+        return {"role": message.role, "content": message.content}
+    parts: list[dict[str, Any]] = []
+    for part in message.parts:
+        if isinstance(part, ImagePart):
+            h, w = part.image.shape[:2]
+            parts.append({"type": "image_url", "size": [int(w), int(h)]})
+        else:
+            parts.append({"type": "text", "text": part.text})
+    return {"role": message.role, "content": parts}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["forced_answer", "grounding_minimal"])
+def test_a_local_checkpoint_under_protocol_paper_gets_the_drivers_conversation(
+    name, tiny_model, bikes_mp4, tmp_path
+):
+    """pretrained= (transformers, the checkpoint's own chat template): the same messages, images
+    and token limits as the driver's requests, and the chat template renders them all."""
+    from paravt.core.engines import ScriptedTurns
+    from paravt.eval.agent import EvalAgent, VideoQuestion
+    from paravt.eval.config import EvalConfig
+
+    s = SCENARIOS[name]
+    config = EvalConfig(pretrained=str(tiny_model), protocol="paper", prompt_mode=s["prompt_mode"])
+    agent = EvalAgent(config)
+    inner = agent.engine
+    scripts = {k + 1: reply for k, reply in enumerate(s["replies"])}
+    recording = Recording(ScriptedTurns(inner, scripts))
+    agent.engine = recording
+    [trace] = agent.run(
+        [
+            VideoQuestion(
+                name,
+                str(bikes_mp4),
+                s["question"],
+                options=s["options"],
+                answer_kind="mcq" if s["is_mcq"] else "grounding",
+            )
+        ]
+    )
+    assert trace.error is None, trace.error
+    assert trace.answer == s["result"]["pred"]
+    recorded = s["requests"]
+    assert len(recording.requests) == len(recorded)
+    for (messages, max_tokens), theirs in zip(recording.requests, recorded):
+        assert max_tokens == theirs["max_tokens"]
+        ours = [as_record(m) for m in messages]
+        assert [m["role"] for m in ours] == [m["role"] for m in theirs["messages"]]
+        for mo, mt in zip(ours, theirs["messages"]):
+            if isinstance(mt["content"], str):
+                assert mo["content"] == mt["content"]
+                continue
+            assert [(p["type"], p.get("text"), p.get("size")) for p in mo["content"]] == [
+                (p["type"], p.get("text"), p.get("size")) for p in mt["content"]
+            ]
+    # the checkpoint's chat template rendered the whole conversation: every image has its pads
+    tokens = trace.episode.main.token_ids if trace.episode else []
+    images = sum(
+        1 for m in recording.requests[-1][0] for p in m.parts if type(p).__name__ == "ImagePart"
+    )
+    assert len(trace.episode.main.media) == images
+    text = inner.tokenizer.decode(tokens)
+    assert text.count("<|vision_start|>") == images
+    assert SCENARIOS[name]["requests"][0]["messages"][0]["content"] in text  # the system prompt
