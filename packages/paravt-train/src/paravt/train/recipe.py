@@ -233,6 +233,12 @@ class SFTSpec(_Strict):
         description="DataLoader worker processes that decode frames and tokenise rows ahead of "
         "the training loop (0: in the training process).",
     )
+    cache_rows: int = Field(
+        0,
+        ge=0,
+        description="Encoded rows (frames included) each worker keeps for reuse in later epochs, "
+        "least recently used dropped first; 0 keeps none (an 8B row with 64 frames is ~100 MB).",
+    )
     packing: bool = Field(
         False, description="Concatenate samples into sequences of `packing_length` tokens."
     )
@@ -240,12 +246,6 @@ class SFTSpec(_Strict):
 
 
 class SFTRecipe(_RecipeBase):
-    cache_rows: int = Field(
-        0,
-        ge=0,
-        description="Encoded rows (frames included) each worker keeps for reuse in later epochs, "
-        "least recently used dropped first; 0 keeps none (an 8B row with 64 frames is ~100 MB).",
-    )
     stage: Literal["sft"] = Field(description="Which trainer this recipe drives.")
     sft: SFTSpec = Field(default_factory=SFTSpec)
 
