@@ -36,6 +36,37 @@ def test_the_installed_trl_is_the_tested_version_named_in_the_readme() -> None:
 
 
 @pytest.mark.slow
+def test_the_readme_trl_recipe_builds_a_grpo_trainer_with_our_reward(
+    tiny_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's TRL block, executed as written; only GRPOConfig gets CPU settings."""
+    import functools
+    import re
+
+    import trl
+    from datasets import Dataset
+    from transformers import AutoModelForImageTextToText
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"<!-- recipe: trl -->\s*```python\n(.*?)```", readme, re.S)
+    assert block is not None
+    cpu = functools.partial(trl.GRPOConfig, use_cpu=True, bf16=False, report_to="none")
+    monkeypatch.setattr(trl, "GRPOConfig", cpu)
+    monkeypatch.chdir(tmp_path)
+    rows = [{"prompt": "Which option? A. red B. blue", "answer": "B", "question_type": "mcq"}] * 2
+    namespace = {
+        "model": AutoModelForImageTextToText.from_pretrained(tiny_model_path),
+        "dataset": Dataset.from_list(rows),
+    }
+    exec(compile(block.group(1), "README.md (trl recipe)", "exec"), namespace)
+    funcs = namespace["trainer"].reward_funcs
+    assert [f.__name__ for f in funcs] == ["paravt_reward"]
+    completion = "<answer>C</answer>"
+    out = funcs[0](prompts=["q"], completions=[completion], answer=["B"], question_type=["mcq"])
+    assert out == [score(completion, "B", "mcq").total]
+
+
+@pytest.mark.slow
 def test_trl_grpo_trainer_trains_two_steps_on_the_tiny_qwen3vl_with_paravt_rewards(
     tiny_model_path: Path, tmp_path: Path
 ) -> None:
