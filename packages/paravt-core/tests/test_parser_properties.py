@@ -57,4 +57,3 @@ def test_blocks_do_not_overlap_and_come_in_text_order(text: str) -> None:
     blocks = parse_response(text).blocks
     for a, b in itertools.pairwise(blocks):
         assert a.end <= b.start
-
