@@ -163,3 +163,12 @@ def test_a_checkpoint_that_records_its_protocol_is_evaluated_under_it(tmp_path):
     )
     with pytest.raises(ValueError, match="neither paravt nor paper"):
         parse_eval_config({"pretrained": str(tmp_path), "protocol": "papr"})
+
+
+def test_the_video_url_channel_is_for_servers_only(tmp_path):
+    with pytest.raises(ValueError, match="video_url hands the video file to a server"):
+        parse_eval_config({"pretrained": str(tmp_path), "video_channel": "video_url"})
+    config = parse_eval_config(
+        {"base_url": "http://x/v1", "model": "m", "protocol": "paper", "video_channel": "video_url"}
+    )
+    assert config.resolved_protocol().overview.channel == "video_url"

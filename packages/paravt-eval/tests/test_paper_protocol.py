@@ -145,6 +145,8 @@ def assert_same_requests(name: str, sent: list[dict[str, Any]]) -> None:
             for po, pt in zip(mo["content"], mt["content"]):
                 if pt["type"] == "text":
                     assert po["text"] == pt["text"], at
+                elif pt["type"] == "video_url":
+                    assert po == pt, at
                 else:
                     assert (po["format"], po["size"]) == (pt["format"], pt["size"]), at
                     diff = max(abs(a - b) for a, b in zip(po["mean_rgb"], pt["mean_rgb"]))
@@ -172,6 +174,8 @@ def ask_args(name: str, base_url: str, clip: Path) -> list[str]:
         args += ["--option", option]
     if not s["is_mcq"]:
         args += ["--kind", "grounding"]
+    if s["video_channel"] == "video_url":
+        args += ["--video-channel", "video_url"]
     return args
 
 
@@ -227,9 +231,18 @@ def _fixture_tasks(root: Path, clip: Path) -> Path:
     return root
 
 
-@pytest.mark.parametrize("mode", ["direct", "reasoning", "agentic_general", "agentic_minimal"])
+@pytest.mark.parametrize(
+    ("mode", "channel"),
+    [
+        ("direct", "image_url"),
+        ("reasoning", "image_url"),
+        ("agentic_general", "image_url"),
+        ("agentic_minimal", "image_url"),
+        ("agentic_minimal", "video_url"),
+    ],
+)
 def test_the_lmms_eval_plugin_with_protocol_paper_sends_the_drivers_requests(
-    mode, server, bikes_mp4, tmp_path
+    mode, channel, server, bikes_mp4, tmp_path
 ):
     """In-process lmms-eval (the real evaluator and task loading) with the paravt chat model."""
     from lmms_eval import evaluator
@@ -237,13 +250,18 @@ def test_the_lmms_eval_plugin_with_protocol_paper_sends_the_drivers_requests(
 
     from paravt.eval.lmms_model import ParaVT
 
-    names = [n for n, s in SCENARIOS.items() if s["prompt_mode"] == mode]
+    names = [
+        n
+        for n, s in SCENARIOS.items()
+        if s["prompt_mode"] == mode and s["video_channel"] == channel
+    ]
     tasks_dir = _fixture_tasks(tmp_path / "tasks", bikes_mp4)
     lm = ParaVT(
         base_url=server.base_url,
         model=MODEL,
         protocol="paper",
         prompt_mode=mode,
+        video_channel="images" if channel == "image_url" else "video_url",
         traces=str(tmp_path / "t.jsonl"),
     )
     kinds = {SCENARIOS[n]["is_mcq"] for n in names}
@@ -270,7 +288,11 @@ def test_the_lmms_eval_cli_with_protocol_paper_sends_the_drivers_requests(
     server, bikes_mp4, tmp_path, offline_env
 ):
     """The real `python -m lmms_eval` command, three agentic_general scenarios in one run."""
-    names = [n for n, s in SCENARIOS.items() if s["prompt_mode"] == "agentic_general"]
+    names = [
+        n
+        for n, s in SCENARIOS.items()
+        if s["prompt_mode"] == "agentic_general" and s["video_channel"] == "image_url"
+    ]
     tasks_dir = _fixture_tasks(tmp_path / "tasks", bikes_mp4)
     path = tasks_dir / "paper_fixture_mcq.jsonl"
     docs = [json.loads(x) for x in path.read_text().splitlines()]

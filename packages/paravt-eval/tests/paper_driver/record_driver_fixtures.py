@@ -39,7 +39,10 @@ QUESTIONS = {
     "driver_argument_reading": "What is the main object in the video?",
 }
 OPTIONS = ["A horse", "A bicycle", "A skateboard", "A car"]
-CAPTION = "a person rides a bike past the camera"
+CAPTIONS = {
+    "grounding_minimal": "a person rides a bike past the camera",
+    "grounding_video_url": "a cyclist crosses the street",
+}
 
 
 def call(start: Any, end: Any = None, **extra: Any) -> str:
@@ -95,6 +98,15 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             call(4),  # no end: the driver reads start + 10 s
             "The event happens in the 2.0 - 6.5 seconds.",
         ],
+    },
+    # Charades as the paper ran it: the video travels as a file:// video_url for the server to
+    # decode (--video_channel video_url); crops still return images.
+    "grounding_video_url": {
+        "prompt_mode": "agentic_minimal",
+        "is_mcq": False,
+        "video_channel": "video_url",
+        "gt": [2.0, 7.0],
+        "replies": [call(1, 6), "The event happens in the 1.5 - 6.0 seconds."],
     },
     "driver_argument_reading": {
         "prompt_mode": "agentic_general",
@@ -185,6 +197,11 @@ def message_record(message: dict[str, Any]) -> dict[str, Any]:
             parts.append({"type": "text", "text": part["text"]})
         elif part["type"] == "image_url":
             parts.append(image_record(part["image_url"]["url"]))
+        elif part["type"] == "video_url":  # the file's name only: the directory is the machine's
+            url = part["video_url"]["url"]
+            parts.append(
+                {"type": "video_url", "scheme": url.split("://")[0], "file": Path(url).name}
+            )
         else:
             parts.append({"type": part["type"], **{k: v for k, v in part.items() if k != "type"}})
     return {"role": message["role"], "content": parts}
@@ -234,14 +251,14 @@ def sample_for(name: str, spec: dict[str, Any], clip: Path, utils: Any) -> dict[
     gt = spec["gt"]
     return {
         "id": name,
-        "key": f"{clip.name}>>>{CAPTION}>>>{gt}",
+        "key": f"{clip.name}>>>{CAPTIONS[name]}>>>{gt}",
         "video_path": str(clip),
         "question": (
             "Please find the visual event described by a sentence in the video, "
             "determining its starting and ending times. The format should be: "
             "'The event happens in the start time - end time'. "
             "For example, The event 'person turn a light on' happens in the 24.3 - 30.4 seconds. "
-            f'Now I will give you the textual sentence: "{CAPTION}". '
+            f'Now I will give you the textual sentence: "{CAPTIONS[name]}". '
             "Please return its start time and end time."
         ),
         "answer": gt,
@@ -281,13 +298,15 @@ def main(argv: list[str] | None = None) -> int:
             max_turns=3,
             prompt_mode=spec["prompt_mode"],
             max_parallel=5,
+            video_channel=spec.get("video_channel", "image_url"),
         )
         assert "error" not in result, (name, result)
         assert len(client.requests) == len(spec["replies"]), (name, len(client.requests))
         scenarios[name] = {
             "prompt_mode": spec["prompt_mode"],
             "is_mcq": spec["is_mcq"],
-            "question": QUESTIONS[name] if spec["is_mcq"] else CAPTION,
+            "question": QUESTIONS[name] if spec["is_mcq"] else CAPTIONS[name],
+            "video_channel": spec.get("video_channel", "image_url"),
             "options": OPTIONS if spec["is_mcq"] else None,
             "driver_question": sample["question"],
             "replies": spec["replies"],

@@ -20,6 +20,7 @@ import json
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -61,6 +62,15 @@ ANSWER_KINDS: tuple[AnswerKind, ...] = ("mcq", "grounding", "open")
 FrameSampling = Literal["paravt_tools", "qwen_vl_utils_0.0.14"]
 
 
+@dataclass(frozen=True)
+class VideoURL:
+    """The whole video by reference (`file://...`), for servers that decode it themselves (the
+    driver's `video_url` channel). Carried as an `ImagePart`'s image; the OpenAI engine sends it as
+    a `video_url` part, other engines cannot."""
+
+    url: str
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -79,6 +89,11 @@ class OverviewSpec(_Frozen):
     )
     max_pixels: int | None = Field(
         None, ge=1, description="Pixels per frame at most (None: the sampler's default)."
+    )
+    channel: Literal["images", "video_url"] = Field(
+        "images",
+        description="images: the overview frames as images; video_url: the video file itself "
+        "(`file://` URL) for the server to decode (the driver's --video_channel video_url).",
     )
     frame_timestamps: bool = Field(True, description="A `<t seconds>` text before each frame.")
     intro: str | None = Field(
@@ -337,11 +352,19 @@ class AgentProtocol(_Frozen):
         *,
         duration_s: float | None = None,
         video_name: str | None = None,
+        video_path: str | None = None,
     ) -> list[Message]:
         """The first prompt: the system message (if any), then one user message with the
-        overview and the question text (already formatted, see `format_question`)."""
+        overview (or, on the `video_url` channel, the video at `video_path`) and the question
+        text (already formatted, see `format_question`)."""
         o = self.overview
         content: list[Part] = []
+        if o.channel == "video_url":
+            if not video_path:
+                raise ValueError("the video_url channel needs the video's path")
+            url = "file://" + os.path.abspath(video_path.removeprefix("file://"))
+            content.append(ImagePart(VideoURL(url)))
+            overview = []
         if o.intro is not None:
             duration = (
                 f"The video is {duration_s:.1f} seconds long. " if duration_s is not None else ""

@@ -77,7 +77,7 @@ def build_engine(config: EvalConfig, protocol: AgentProtocol | None = None) -> E
 class Prepared:
     task: AgentTask
     overview_frames: int
-    duration_s: float
+    duration_s: float | None
     prepare_s: float
 
 
@@ -123,7 +123,13 @@ class EvalAgent:
         """Decode the sample's overview and build its prompt and toolbox."""
         t0 = time.perf_counter()
         p = self.protocol
-        duration_s, frames = self.source.overview(sample.video, p.overview.num_frames)
+        if p.overview.channel == "video_url":  # the server decodes the video itself
+            from paravt.eval.video import local_path
+
+            local_path(sample.video)  # a missing video errors the sample here
+            duration_s, frames = None, []
+        else:
+            duration_s, frames = self.source.overview(sample.video, p.overview.num_frames)
         kind = _kind(sample.answer_kind)
         text = (
             p.format_question(sample.question, sample.options, kind=kind)
@@ -131,7 +137,9 @@ class EvalAgent:
             else sample.question
         )
         video_name = Path(sample.video.removeprefix("file://")).name
-        messages = p.build_main_prompt(text, frames, duration_s=duration_s, video_name=video_name)
+        messages = p.build_main_prompt(
+            text, frames, duration_s=duration_s, video_name=video_name, video_path=sample.video
+        )
         toolbox = self.source.toolbox(sample.video)
         task = AgentTask(sample.key, messages, toolbox, sample.question, answer_kind=kind)
         return Prepared(task, len(frames), duration_s, time.perf_counter() - t0)

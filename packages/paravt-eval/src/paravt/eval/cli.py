@@ -38,6 +38,12 @@ def _add_protocol_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--prompt-mode", choices=PROMPT_MODES, default=None)
     g.add_argument("--nframes", type=int, default=None, help="overview frames (main_nframes)")
+    g.add_argument(
+        "--video-channel",
+        choices=("images", "video_url"),
+        default=None,
+        help="video_url: hand the server the video file to decode (the paper's Charades channel)",
+    )
     g.add_argument("--max-turns", type=int, default=None)
     g.add_argument("--max-parallel", type=int, default=None)
     g.add_argument("--dispatch", choices=("parallel", "sequential"), default="parallel")
@@ -62,6 +68,7 @@ def _protocol(args: argparse.Namespace) -> dict[str, object]:
         "protocol": args.protocol,
         "dtype": args.dtype,
         "prompt_mode": args.prompt_mode,
+        "video_channel": args.video_channel,
         "main_nframes": args.nframes,
         "max_turns": args.max_turns,
         "max_parallel": args.max_parallel,

@@ -49,6 +49,11 @@ class EvalConfig(BaseModel):
     main_nframes: int | None = Field(
         None, ge=1, le=MAX_OVERVIEW_FRAMES, description="Overview frames the main agent sees (K)."
     )
+    video_channel: Literal["images", "video_url"] | None = Field(
+        None,
+        description="images: overview frames as images; video_url: the video file for the server "
+        "to decode (the driver's channel for Charades-STA; servers only). Default: protocol's.",
+    )
     max_turns: int | None = Field(None, ge=1, le=16, description="Main-agent turns (protocol's).")
     max_parallel: int | None = Field(
         None, ge=1, le=32, description="crop_video calls run per turn at most."
@@ -111,6 +116,11 @@ class EvalConfig(BaseModel):
             )
         if self.protocol is not None:
             self._base_protocol()  # fails here, naming the fix, on an unknown protocol
+        if self.pretrained and self.video_channel == "video_url":
+            raise ValueError(
+                "video_channel=video_url hands the video file to a server to decode; a local "
+                "checkpoint takes images: use video_channel=images or base_url=...,model=..."
+            )
         if self.base_url and not self.model:
             raise ValueError("base_url needs model=NAME (the model name the server serves)")
         if self.pretrained and not Path(self.pretrained).expanduser().is_dir():
@@ -146,6 +156,8 @@ class EvalConfig(BaseModel):
                 data[key] = value
         if self.main_nframes is not None:
             data["overview"]["num_frames"] = self.main_nframes
+        if self.video_channel is not None:
+            data["overview"]["channel"] = self.video_channel
         if self.tool_response is not None:
             data["tool_result"]["form"] = self.tool_response
         if self.max_crop_frames is not None:

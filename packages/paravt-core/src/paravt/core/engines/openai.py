@@ -18,6 +18,7 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
+from paravt.core.agent_protocol import VideoURL
 from paravt.core.protocol import ImagePart, Message
 from paravt.core.runtime import Encoded, FinishReason, Generated, SamplingParams, Trajectory
 
@@ -120,7 +121,9 @@ class OpenAIEngine:
             return message.content
         parts: list[dict[str, Any]] = []
         for part in message.parts:
-            if isinstance(part, ImagePart):
+            if isinstance(part, ImagePart) and isinstance(part.image, VideoURL):
+                parts.append({"type": "video_url", "video_url": {"url": part.image.url}})
+            elif isinstance(part, ImagePart):
                 url = image_data_url(
                     part.image, fmt=self.image_format, jpeg_quality=self.jpeg_quality
                 )
