@@ -79,3 +79,12 @@ def test_chat_messages_with_tool_messages_are_scored_without_grading_the_tool_te
 def test_spam_past_the_tag_limit_is_flagged() -> None:
     result = score("<think><tool_call></answer>" * 3000, "B", "mcq", RewardConfig.paragrpo())
     assert "too_many_tags" in result.flags and result.accuracy == 0
+
+
+def test_a_huge_outside_text_is_read_from_its_first_64_kib_only() -> None:
+    from paravt.rewards.terms import FALLBACK_MAX_CHARS, answer_text
+
+    text = "<think>looking</think>" + "a red square " + "x" * (2 * FALLBACK_MAX_CHARS)
+    answer = answer_text(parse_response(text))
+    assert answer is not None and answer.startswith("a red square")
+    assert len(answer) == FALLBACK_MAX_CHARS

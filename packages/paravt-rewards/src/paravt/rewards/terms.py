@@ -221,6 +221,7 @@ def stray_texts(parsed: ParsedResponse) -> Iterable[str]:
 
 # A closing tag of a tool block right after outside text means the text is that block's body
 # with its opening tag lost (`a red square</tool_response>`): it is not the model's answer either.
+FALLBACK_MAX_CHARS = 65_536
 _TOOL_CLOSE_AFTER = re.compile(r"\s*</tool_(?:call|code|response)>")
 
 
@@ -238,7 +239,9 @@ def answer_text(parsed: ParsedResponse, fallback: bool = True) -> str | None:
     for start, end in reversed(parsed.outside_spans()):
         if _TOOL_CLOSE_AFTER.match(text, end):
             continue
-        chunk = strip_chat_tokens(text[start:end]).strip()
+        # answers are graded on their first 16 KiB; a longer outside text is read from its first
+        # 64 KiB only, so a megabyte of stray text costs no more than that
+        chunk = strip_chat_tokens(text[start : min(end, start + FALLBACK_MAX_CHARS)]).strip()
         if chunk:
             return chunk
     return None
