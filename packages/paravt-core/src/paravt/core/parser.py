@@ -111,7 +111,7 @@ _tuple_new = tuple.__new__
 _CALL_KINDS = frozenset({"tool_call", "tool_code"})
 _NO_CONTEXT: Mapping[str, Any] = {}  # validation context without limits (never written to)
 _DECODER = json.JSONDecoder()
-_json_scan = _DECODER.scan_once  # the C scanner json.loads ends up in
+_json_scan = _DECODER.scan_once  # type: ignore[attr-defined]  # the C scanner json.loads uses
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")
 
 

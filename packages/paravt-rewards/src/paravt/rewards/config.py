@@ -147,7 +147,7 @@ class RewardConfig(BaseModel):
         """The accuracy mode used for `question_type` (None or unknown -> default_accuracy)."""
         if question_type is None:
             return self.default_accuracy
-        mode = self.accuracy_modes.get(question_type)  # type: ignore[call-overload]
+        mode = self.accuracy_modes.get(question_type)
         if mode is not None:
             return mode
         return self.accuracy_modes.get(str(question_type).strip().lower(), self.default_accuracy)
