@@ -14,7 +14,8 @@ import nox
 ROOT = Path(__file__).parent
 PACKAGES = ["paravt-core", "paravt-tools", "paravt-rewards", "paravt-train", "paravt-eval"]
 LIGHT_PACKAGES = ["paravt-core", "paravt-rewards"]  # must install and import without torch
-# The CPU stack verified in ../shared/docs/ENVIRONMENT.md (torch 2.13 has no working torchvision).
+# The CPU stack verified on our CPU machines (torch 2.13 has no working torchvision, which
+# transformers' Qwen3-VL processor needs).
 CPU_STACK = ["torch==2.14.1", "torchvision==0.29.1", "torchcodec==0.17.0"]
 EDITABLE_EXTRAS = {"paravt-core": "[hf,openai,sglang]", "paravt-train": "[deepspeed]"}
 # Release tooling (tools/release.py): build, check, upload. hatchling allows --no-isolation builds.
