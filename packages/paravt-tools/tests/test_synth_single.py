@@ -97,7 +97,7 @@ def test_teacher_traces_mix_tool_calls_and_overview_answers(single_dir):  # type
         a, b = extra["needle_window_s"]
         s, e = row["frames"]["start_s"], row["frames"]["end_s"]
         overlaps = a < e and b > s
-        assert said in ("no square", f"a {extra['needle_colour']} square")
+        assert said in ("no square", f"{extra['needle_colour']} square")
         if said != "no square":
             assert overlaps
 

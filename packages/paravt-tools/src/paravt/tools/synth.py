@@ -17,7 +17,7 @@ else, asked as "What colour is the square?". At a small overview K the overview 
 square; at K >= duration / needle_s it always shows it. The teacher crops the whole video in
 `crop_windows` equal windows in parallel, each window's crop (`crop_max_frames` frames) always
 catches the square when `needle_s` >= the crop's frame spacing, and the sub-agents answer in a few
-words ("a red square" / "no square"). `tool_fraction` < 1 makes some main-agent teacher traces
+words ("red square" / "no square"). `tool_fraction` < 1 makes some main-agent teacher traces
 answer from the overview alone (right when the overview shows the square, a seeded guess
 otherwise), so a short SFT gives a policy that calls the tool on only some prompts: the setting in
 which RL has something to learn (the tool is what makes the answer findable).
@@ -571,10 +571,14 @@ def _single_sft_rows(
     """Teacher traces of the `single` layout: short texts a tiny model can learn in minutes.
 
     Main agent, tool trace: "I look closer" -> one crop_video call per equal window (parallel) ->
-    the sub-agents' "a red square" / "no square" -> "A helper saw a red square." -> answer.
+    the sub-agents' "red square" / "no square" -> "A helper saw the square." -> answer.
     Main agent, overview trace (a `1 - tool_fraction` share, seeded per video and question type):
-    "The overview shows a red square." -> answer, or "The overview shows no square." -> a guess.
-    Sub-agent: "<answer>a red square</answer>" or "<answer>no square</answer>" per window.
+    "The overview shows the square." -> answer, or "The overview shows no square." -> a guess.
+    Sub-agent: "<answer>red square</answer>" or "<answer>no square</answer>" per window.
+
+    The colour word always starts a line or follows `<answer>`, so the byte-level BPE gives it the
+    same tokens in the sub-agent's summary, the tool response and the final answer (" red" after a
+    space is another token): the main agent's answer is a copy of tokens it was shown.
     """
     grid = _grid(spec)
     k = min(config.sft_overview_frames, spec.num_frames)
@@ -590,9 +594,9 @@ def _single_sft_rows(
         if not seen:
             text = "no square"
         elif with_times:
-            text = f"a {colour} square at {_fmt_times(seen)}"
+            text = f"{colour} square at {_fmt_times(seen)}"
         else:
-            text = f"a {colour} square"
+            text = f"{colour} square"
         crops.append((sample, text))
     intro = f"The video is {spec.duration_s:.1f} seconds long. Overview ({k} frames):"
     rows: list[dict[str, Any]] = []
@@ -603,8 +607,7 @@ def _single_sft_rows(
         answer = answer_for(spec, kind)
         if uses_tool:
             calls = "\n".join(_tool_call(s, e) for s, e in windows)
-            seen_by = "A helper saw" if any(text != "no square" for _, text in crops) else "I saw"
-            found = f"{seen_by} a {colour} square."
+            found = "A helper saw the square."
             if kind == "tvg":
                 found += (
                     f" It is on screen from {spec.target.start_s:g} s to {spec.target.end_s:g} s."
@@ -627,7 +630,7 @@ def _single_sft_rows(
             ]
         else:
             if spec.target_visible(overview_times):
-                think = f"The overview shows a {colour} square."
+                think = "The overview shows the square."
             else:  # the overview missed it: the teacher guesses, as a policy without tools must
                 guess = OPTIONS[int(rng.integers(len(OPTIONS)))]
                 think = "The overview shows no square."
