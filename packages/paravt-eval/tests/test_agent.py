@@ -172,3 +172,13 @@ def test_the_video_url_channel_is_for_servers_only(tmp_path):
         {"base_url": "http://x/v1", "model": "m", "protocol": "paper", "video_channel": "video_url"}
     )
     assert config.resolved_protocol().overview.channel == "video_url"
+
+
+def test_local_checkpoints_load_in_bfloat16_on_cuda_unless_told_otherwise(tmp_path):
+    assert EvalConfig(pretrained=str(tmp_path), device="cuda").torch_dtype() == "bfloat16"
+    assert EvalConfig(pretrained=str(tmp_path), device="cuda:1").torch_dtype() == "bfloat16"
+    assert EvalConfig(pretrained=str(tmp_path)).torch_dtype() is None  # CPU: transformers' default
+    assert (
+        EvalConfig(pretrained=str(tmp_path), device="cuda", dtype="float32").torch_dtype()
+        == "float32"
+    )

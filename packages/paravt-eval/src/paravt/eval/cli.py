@@ -59,7 +59,7 @@ def _add_protocol_args(p: argparse.ArgumentParser) -> None:
         "--dtype",
         choices=("auto", "bfloat16", "float16", "float32"),
         default="auto",
-        help="local checkpoint weights (auto: bfloat16 on CUDA, float32 on CPU)",
+        help="local checkpoint weights (auto: bfloat16 on CUDA, transformers' default elsewhere)",
     )
 
 

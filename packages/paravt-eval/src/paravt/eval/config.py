@@ -97,7 +97,9 @@ class EvalConfig(BaseModel):
     )
     device: str = Field("cpu", description="torch device for a local checkpoint.")
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
-        "auto", description="Local checkpoint weights: auto = bfloat16 on CUDA, float32 elsewhere."
+        "auto",
+        description="Local checkpoint weights: auto = bfloat16 on CUDA, transformers' default "
+        "elsewhere.",
     )
     traces: str | None = Field(
         None,
