@@ -249,3 +249,27 @@ def test_the_runtime_runs_a_parallel_tool_episode_through_the_http_engine(
         "<tool_response>\n[0.0 s - 10.0 s] 2 frames\na red square\n</tool_response>\n"
         "<tool_response>\n[20.0 s - 30.0 s] 2 frames\na red square\n</tool_response>"
     )
+
+
+def test_transient_server_errors_are_retried_and_the_last_one_is_raised(server):
+    calls = {"n": 0}
+
+    def flaky(body):
+        calls["n"] += 1
+        return (
+            (503, {"error": "busy"}) if calls["n"] < 3 else (200, completion("<answer>A</answer>"))
+        )
+
+    server.reply = flaky
+    engine = OpenAIEngine(server.base_url, "m", retries=2, retry_backoff_s=0.01)
+    traj = trajectory([Message("user", "q")])
+    [out] = asyncio.run(engine.generate([traj], SamplingParams()))
+    assert out.text == "<answer>A</answer>" and calls["n"] == 3
+    calls["n"] = -10  # more failures than retries
+    with pytest.raises(RuntimeError, match="HTTP 503"):
+        asyncio.run(engine.generate([traj], SamplingParams()))
+    server.reply = lambda body: (400, {"error": "bad request"})  # a client error is not retried
+    calls["n"] = 0
+    with pytest.raises(RuntimeError, match="HTTP 400"):
+        asyncio.run(engine.generate([traj], SamplingParams()))
+    assert len(server.requests) == 3 + 3 + 1

@@ -70,6 +70,7 @@ def build_engine(config: EvalConfig, protocol: AgentProtocol | None = None) -> E
         jpeg_quality=t.jpeg_quality,
         minimal_body=t.minimal_body,
         max_concurrency=max(16, config.concurrency),
+        retries=2,  # three attempts, as the released driver makes
     )
 
 

@@ -64,7 +64,9 @@ class OpenAIEngine:
     per-token logprobs and token ids (`return_tokens_as_token_ids`, a vLLM extension); they are
     recorded only when the server returns both. `minimal_body`: send only `model`, `messages`,
     `max_tokens`, `temperature` (and top_k / seed when set), as the released ParaVT driver does;
-    otherwise `top_p` and `n` too. `extra_body`: merged into every request.
+    otherwise `top_p` and `n` too. `retries`: a request that cannot connect or gets HTTP 5xx is
+    sent again up to this many times, `retry_backoff_s x attempt` apart (the released driver
+    retries 3 times in all). `extra_body`: merged into every request.
     """
 
     def __init__(
@@ -80,6 +82,8 @@ class OpenAIEngine:
         logprobs: bool = False,
         minimal_body: bool = False,
         continue_prefix: bool = True,
+        retries: int = 0,
+        retry_backoff_s: float = 1.5,
         extra_body: dict[str, Any] | None = None,
         transport: Any = None,
     ) -> None:
@@ -99,6 +103,10 @@ class OpenAIEngine:
         self.minimal_body = minimal_body
         self.logprobs = logprobs
         self.continue_prefix = continue_prefix
+        if retries < 0 or retry_backoff_s < 0:
+            raise ValueError(f"retries ({retries}) and retry_backoff_s must not be negative")
+        self.retries = retries
+        self.retry_backoff_s = retry_backoff_s
         self.extra_body = dict(extra_body or {})
         self._transport = transport  # an httpx transport, for tests and custom retries
         self._ssl_context: Any = None  # built once: httpx builds one per client (~50 ms) otherwise
@@ -234,19 +242,29 @@ class OpenAIEngine:
         ) as client:
 
             async def one(body: dict[str, Any]) -> Generated:
-                async with limit:
-                    try:
-                        response = await client.post(url, json=body)
-                    except httpx.HTTPError as exc:
+                for attempt in range(self.retries + 1):
+                    last = attempt == self.retries
+                    async with limit:
+                        try:
+                            response = await client.post(url, json=body)
+                        except httpx.HTTPError as exc:
+                            if not last:
+                                await asyncio.sleep(self.retry_backoff_s * (attempt + 1))
+                                continue
+                            raise RuntimeError(
+                                f"OpenAIEngine: cannot reach {url} ({type(exc).__name__}: {exc}); "
+                                "is the server running and is base_url right (it usually ends in "
+                                "/v1)?"
+                            ) from exc
+                    if response.status_code >= 500 and not last:  # transient server trouble
+                        await asyncio.sleep(self.retry_backoff_s * (attempt + 1))
+                        continue
+                    if response.status_code != 200:
                         raise RuntimeError(
-                            f"OpenAIEngine: cannot reach {url} ({type(exc).__name__}: {exc}); is "
-                            "the server running and is base_url right (it usually ends in /v1)?"
-                        ) from exc
-                if response.status_code != 200:
-                    raise RuntimeError(
-                        f"OpenAIEngine: {url} answered HTTP {response.status_code}: "
-                        f"{response.text[:500]}"
-                    )
-                return self.parse_choice(response.json(), url)
+                            f"OpenAIEngine: {url} answered HTTP {response.status_code}: "
+                            f"{response.text[:500]}"
+                        )
+                    return self.parse_choice(response.json(), url)
+                raise AssertionError("unreachable")
 
             return list(await asyncio.gather(*(one(b) for b in bodies)))
