@@ -182,3 +182,20 @@ def test_local_checkpoints_load_in_bfloat16_on_cuda_unless_told_otherwise(tmp_pa
         EvalConfig(pretrained=str(tmp_path), device="cuda", dtype="float32").torch_dtype()
         == "float32"
     )
+
+
+def test_the_recorded_protocols_crop_bounds_reach_the_crop_tool(tmp_path):
+    from paravt.core import PARAVT_PROTOCOL
+    from paravt.core.testing import ScriptedEngine
+
+    data = PARAVT_PROTOCOL.model_dump()
+    data["crop"].update(max_frames=4, fps=2.0, max_pixels=4096)
+    type(PARAVT_PROTOCOL).model_validate(data).save(tmp_path)
+    agent = EvalAgent(EvalConfig(pretrained=str(tmp_path)), engine=ScriptedEngine(respond))
+    crop = agent.source.reader.config
+    assert (crop.max_frames, crop.fps, crop.max_pixels) == (4, 2.0, 4096)
+    # a model argument still wins
+    agent = EvalAgent(
+        EvalConfig(pretrained=str(tmp_path), max_crop_frames=8), engine=ScriptedEngine(respond)
+    )
+    assert agent.source.reader.config.max_frames == 8

@@ -260,7 +260,13 @@ def default_source(config: EvalConfig, protocol: AgentProtocol) -> VideoSource:
         return PaperVideoSource(protocol)
     from paravt.eval.video import ToolsVideoSource
 
-    return ToolsVideoSource(max_pixels=config.max_pixels, max_crop_frames=config.max_crop_frames)
+    crop = protocol.crop  # the config's max_pixels / max_crop_frames are folded in already
+    return ToolsVideoSource(
+        max_pixels=crop.max_pixels,
+        max_crop_frames=crop.max_frames,
+        fps=crop.fps,
+        min_pixels=crop.min_pixels,
+    )
 
 
 def _kind(value: str) -> AnswerKind:

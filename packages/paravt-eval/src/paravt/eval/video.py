@@ -22,26 +22,33 @@ def local_path(video: str) -> str:
 class ToolsVideoSource:
     """Overview frames and crop toolboxes from one shared `paravt.tools` reader.
 
-    `max_pixels` bounds every frame's pixel count (overview and crops) and `max_crop_frames` the
-    frames of one crop; None keeps the tool's reference values (784..50176 pixels per frame, 16
-    frames per crop).
+    `max_pixels` / `min_pixels` bound every frame's pixel count (overview and crops),
+    `max_crop_frames` the frames of one crop and `fps` the crop's frame rate; None keeps the tool's
+    reference values (784..50176 pixels per frame, 16 frames per crop, 1 fps). With every value at
+    the reference, the process-wide default reader (and its frame cache) is shared.
     """
 
-    def __init__(self, max_pixels: int | None = None, max_crop_frames: int | None = None) -> None:
+    def __init__(
+        self,
+        max_pixels: int | None = None,
+        max_crop_frames: int | None = None,
+        *,
+        fps: float | None = None,
+        min_pixels: int | None = None,
+    ) -> None:
         from paravt.tools.crop import CropConfig, VideoReader, default_reader
 
-        if max_pixels is None and max_crop_frames is None:
-            self.reader = default_reader()
-        else:
-            base = CropConfig()
-            pixels = base.max_pixels if max_pixels is None else max_pixels
-            self.reader = VideoReader(
-                CropConfig(
-                    max_frames=base.max_frames if max_crop_frames is None else max_crop_frames,
-                    min_pixels=min(base.min_pixels, pixels),
-                    max_pixels=pixels,
-                )
-            )
+        base = CropConfig()
+        wanted = CropConfig(
+            fps=base.fps if fps is None else fps,
+            max_frames=base.max_frames if max_crop_frames is None else max_crop_frames,
+            min_pixels=min(
+                base.min_pixels if min_pixels is None else min_pixels,
+                base.max_pixels if max_pixels is None else max_pixels,
+            ),
+            max_pixels=base.max_pixels if max_pixels is None else max_pixels,
+        )
+        self.reader = default_reader() if wanted == base else VideoReader(wanted)
 
     def overview(self, video: str, num_frames: int) -> tuple[float, list[Frame]]:
         path = local_path(video)
