@@ -155,3 +155,18 @@ def test_fsdp2_mixed_precision_computes_in_bf16_and_reduces_in_fp32() -> None:
     mp = D.fsdp_mixed_precision(torch.bfloat16)
     assert mp.param_dtype == torch.bfloat16 and mp.reduce_dtype == torch.float32
     assert D.fsdp_mixed_precision(torch.float32) is None
+
+
+def test_full_state_comes_in_buckets_of_bounded_size_and_rank0_keeps_the_checkpoint_copy() -> None:
+    from paravt.train.recipe import OptimSpec
+
+    model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(6)])  # 16.6 KB each
+    backend = D.Backend(model, DistributedSpec(), OptimSpec(lr=1e-3), total_steps=1)
+    buckets = list(backend.iter_full_state(bucket_bytes=40_000))
+    sizes = [sum(t.numel() * t.element_size() for _, t in b) for b in buckets]
+    assert len(buckets) > 1 and max(sizes) <= 40_000
+    names = [n for b in buckets for n, _ in b]
+    assert names == list(model.state_dict())
+    state = backend.full_model_state()
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    assert all(t.device.type == "cpu" for t in state.values())
