@@ -56,6 +56,7 @@ from paravt.train.modeling import (
     pick_dtype,
     token_logprobs,
 )
+from paravt.train.protocol import save_trained_protocol
 from paravt.train.recipe import RLRecipe
 from paravt.train.sft import save_final, seed_everything
 
@@ -782,6 +783,7 @@ def train_rl(
     final = out / "final"
     if recipe.checkpoint.save_final:
         save_final(final, backend, processor)
+        save_trained_protocol(final, recipe)  # agent_protocol.json: how this model was trained
     return final
 
 

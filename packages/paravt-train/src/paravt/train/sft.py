@@ -39,6 +39,7 @@ from paravt.train.modeling import (
     pick_device,
     token_logprobs,
 )
+from paravt.train.protocol import save_trained_protocol
 from paravt.train.recipe import SFTRecipe
 
 log = logging.getLogger("paravt.train")
@@ -318,6 +319,7 @@ def train_sft(
     final = out / "final"
     if recipe.checkpoint.save_final:
         save_final(final, backend, processor)
+        save_trained_protocol(final, recipe)  # agent_protocol.json: how this model was trained
     return final
 
 

@@ -7,10 +7,16 @@ prompts at the rollout temperature, plus wall time and peak memory (getrusage).
 
 from __future__ import annotations
 
+import json
 import logging
+import math
+import os
 import resource
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from paravt.train.plot import plot_runs
 from paravt.train.recipe import DataSpec, RLRecipe, SFTRecipe, load_recipe
@@ -61,124 +67,294 @@ SMOKE_RL = [
 ]
 EVAL_PROMPTS = 16
 
+# The task on which RL has something to learn (`paravt.tools.synth` layout `single`; the learning
+# test in tests/test_learning.py and the smoke run use it): a 16 s video with one coloured square
+# for 2 s, big enough to fill the frame's shorter side. At K = 2 or 4 overview frames the overview
+# usually misses it (at K >= 8 it always shows it); two parallel crops of 4 frames over the halves
+# of the video always find it. Half of the main-agent teacher traces answer from the overview alone,
+# so the SFT policy calls the tool on only some prompts: RL must learn that the tool pays.
+LEARNING_SFT_VIDEOS = 96
+LEARNING_SYNTH = [
+    "data.synth.layout=single",
+    f"data.synth.n={LEARNING_SFT_VIDEOS}",
+    "data.synth.duration_s=16",
+    "data.synth.fps=2",
+    "data.synth.needle_s=2",
+    "data.synth.square_size=[0.9,1.0]",
+    "data.synth.question_types=[oe]",
+    "data.synth.crop_max_frames=4",
+    "data.synth.crop_windows=2",
+    "data.synth.tool_fraction=0.5",
+    "data.synth.prompt_mode=agentic_minimal",
+]
+LEARNING_VIDEO = ["video.overview_frames=4", "video.max_crop_frames=4"]
+LEARNING_SFT = [
+    "max_steps=500",
+    "sft.batch_size=8",
+    "sft.packing=true",
+    "sft.packing_length=2048",
+    "optim.lr=2e-3",
+    "optim.warmup_steps=15",
+]
+LEARNING_RL = [
+    "rollout.batch_prompts=4",
+    "rollout.group_size=8",
+    "rollout.max_turns=3",
+    "rollout.max_parallel=5",
+    "rollout.prompt_mode=agentic_minimal",
+    "rollout.max_new_tokens=80",
+    "rollout.subagent_max_new_tokens=16",
+    "gating.choices=[2,4]",
+    "checkpoint.every_steps=0",
+]
+LEARNING_LR = 3e-4
+# "Learning rate 0" for control runs: the recipe requires lr > 0; at 1e-30 no float32 weight moves.
+LR_ZERO = 1e-30
+LEARNING_RL_VIDEOS = 32  # RL prompts come from other videos than the SFT traces
+LEARNING_EVAL_VIDEOS = 32  # held-out videos, neither SFT's nor RL's
+
+
+SMOKE_RL_STEPS = 30
+GATED_K = (2, 4)
+
+
+@dataclass
+class Evaluation:
+    """Per-episode scores of one model on the held-out prompts (`group_size` episodes each)."""
+
+    metrics: dict[str, float]
+    per_prompt: dict[str, dict[str, float]]  # prompt key -> mean of each score over its episodes
+
+    def mean_se(self, key: str) -> tuple[float, float]:
+        """Mean over prompts and its standard error (prompts are the independent units)."""
+        return mean_and_se([v[key] for v in self.per_prompt.values()])
+
+
+SCORES = ("accuracy", "reward", "tool_use", "format")
+
+
+def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan
+    m = sum(values) / n
+    if n < 2:
+        return m, math.nan
+    var = sum((v - m) ** 2 for v in values) / (n - 1)
+    return m, math.sqrt(var / n)
+
+
+def evaluate_held_out(model: Path, recipe: RLRecipe, examples: Sequence[Any]) -> Evaluation:
+    """`paravt.train.rl`'s rollout and scoring of `model` on `examples` (the recipe's temperature,
+    gate and group size; fixed seed), kept per prompt for standard errors and paired differences."""
+    from paravt.core.engines.hf import HFEngine
+    from paravt.train.frames import FrameSource
+    from paravt.train.modeling import load_model_and_processor, pick_device
+    from paravt.train.rl import (
+        build_gate,
+        build_reward_config,
+        episode_metrics,
+        rollout,
+        score_rollouts,
+    )
+
+    device = pick_device(recipe.distributed.device)
+    net, processor = load_model_and_processor(recipe.model, device, path=model)
+    engine = HFEngine(net, processor)
+    ro = rollout(
+        list(examples),
+        engine,
+        FrameSource(recipe.video),
+        build_gate(recipe),
+        recipe,
+        epoch=0,
+        seed=12345,
+    )
+    score_rollouts(ro, build_reward_config(recipe), recipe)
+    sums: dict[str, dict[str, list[float]]] = {}
+    for ep, ex, r in zip(ro.episodes, ro.examples, ro.rewards):
+        row = sums.setdefault(ex.key, {k: [] for k in SCORES})
+        row["accuracy"].append(r.accuracy)
+        row["reward"].append(r.total)
+        row["tool_use"].append(float(ep.num_tool_calls > 0))
+        row["format"].append(r.format)
+    per_prompt = {k: {s: sum(v) / len(v) for s, v in row.items()} for k, row in sums.items()}
+    return Evaluation(episode_metrics(ro), per_prompt)
+
+
+def _paired(after: Evaluation, before: Evaluation, key: str) -> tuple[float, float]:
+    diffs = [after.per_prompt[k][key] - before.per_prompt[k][key] for k in before.per_prompt]
+    return mean_and_se(diffs)
+
 
 def run_smoke(out: Path, *, sft_steps: int | None = None, rl_steps: int | None = None) -> Path:
     """Run the whole pipeline into `out`; returns the path of summary.md.
 
-    Base model, SFT model and RL model are each evaluated on the same `EVAL_PROMPTS` prompts x
-    `group_size` rollouts at the rollout temperature (`paravt.train.rl.evaluate`).
+    The task is `LEARNING_SYNTH` (the one the learning test uses). The random base model, the SFT
+    model and the RL model are each evaluated on the same held-out prompts (videos neither SFT nor
+    RL saw) x `group_size` rollouts at the rollout temperature; the summary gives each score's mean
+    and standard error over prompts, and the RL - SFT difference paired by prompt.
     """
-    import json
-
     from paravt.train.frames import ensure_synth
     from paravt.train.modeling import ensure_model
-    from paravt.train.rl import evaluate, load_rl_examples, train_rl
+    from paravt.train.rl import load_rl_examples, train_rl
     from paravt.train.sft import train_sft
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     t0 = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    synth = out / "synth"
-    data = [f"data.synth.out_dir={synth}", *SMOKE_SYNTH, *SMOKE_VIDEO]
-    rl_over = [
-        f"output_dir={out}",
-        f"model.path={out / 'sft' / 'final'}",
-        f"data.parquet=[{synth / 'rl.parquet'}]",
-        *data,
-        *SMOKE_RL,
-        *([f"max_steps={rl_steps}"] if rl_steps else []),
-    ]
-    rl = load_recipe("tiny_paragrpo", rl_over, stage="rl")
-    assert isinstance(rl, RLRecipe)
-    # Teacher traces at every overview budget the gate draws: traces shown only the 8-frame
-    # overview taught a first run to call tools at K=8 and never at K=2 or 4 (kappa 1.6 vs 0).
-    assert rl.data.synth is not None
-    budgets = sorted(set(rl.gating.choices) if rl.gating.enabled else {rl.video.overview_frames})
-    sft_sets = {k: out / f"synth-sft-k{k}" for k in budgets}
-    sft_over = [
-        f"output_dir={out / 'sft'}",
-        f"model.path={out / 'tiny-model'}",
-        f"data.parquet=[{', '.join(str(d / 'sft.parquet') for d in sft_sets.values())}]",
-        "data.synth=null",
-        *SMOKE_VIDEO,
-        *SMOKE_SFT,
-        *([f"max_steps={sft_steps}"] if sft_steps else []),
-    ]
-    sft = load_recipe("tiny_sft", sft_over, stage="sft")
+
+    def synth(where: Path, **update: Any) -> None:
+        spec = load_recipe(
+            "tiny_sft",
+            [
+                f"output_dir={out}",
+                "model.path=unused",
+                f"data.synth.out_dir={where}",
+                f"data.parquet=[{where / 'sft.parquet'}]",
+                *LEARNING_SYNTH,
+            ],
+        ).data.synth
+        assert spec is not None
+        spec = spec.model_copy(update=update)
+        ensure_synth(DataSpec(parquet=[str(where / "sft.parquet")], synth=spec))
+
+    t = time.perf_counter()
+    for k in GATED_K:  # the same videos, teacher traces over each overview budget the gate draws
+        synth(out / f"synth-sft-k{k}", sft_overview_frames=k, seed=0)
+    synth(out / "synth-rl", n=LEARNING_RL_VIDEOS, seed=10_000)
+    synth(out / "synth-held", n=LEARNING_EVAL_VIDEOS, seed=20_000)
+    t_synth = time.perf_counter() - t
+    sft_parquets = ", ".join(str(out / f"synth-sft-k{k}" / "sft.parquet") for k in GATED_K)
+    sft = load_recipe(
+        "tiny_sft",
+        [
+            f"output_dir={out / 'sft'}",
+            f"model.path={out / 'tiny-model'}",
+            f"data.parquet=[{sft_parquets}]",
+            "data.synth=null",
+            *LEARNING_VIDEO,
+            *LEARNING_SFT,
+            *([f"max_steps={sft_steps}"] if sft_steps else []),
+        ],
+        stage="sft",
+    )
     assert isinstance(sft, SFTRecipe)
+    rl = load_recipe(
+        "tiny_paragrpo",
+        [
+            f"output_dir={out}",
+            f"model.path={out / 'sft' / 'final'}",
+            f"data.parquet=[{out / 'synth-rl' / 'rl.parquet'}]",
+            "data.synth=null",
+            *LEARNING_VIDEO,
+            *LEARNING_RL,
+            f"optim.lr={LEARNING_LR}",
+            f"max_steps={rl_steps or SMOKE_RL_STEPS}",
+        ],
+        stage="rl",
+    )
+    assert isinstance(rl, RLRecipe)
+    held_recipe = rl.model_copy(deep=True)
+    held_recipe.data.parquet = [str(out / "synth-held" / "rl.parquet")]
+    held = load_rl_examples(held_recipe)
 
     base_model = ensure_model(sft.model)
-    examples = load_rl_examples(rl)  # generates the synthetic task set
-    for k, d in sft_sets.items():  # same seed: the same videos, traces over a K-frame overview
-        spec = rl.data.synth.model_copy(update={"out_dir": str(d), "sft_overview_frames": k})
-        ensure_synth(DataSpec(parquet=[str(d / "sft.parquet")], synth=spec))
-    # Held prompts: both question types of the first videos (rows are video-major).
-    held = examples[: min(len(examples), EVAL_PROMPTS)]
     t = time.perf_counter()
-    base = evaluate(base_model, rl, held)
+    base = evaluate_held_out(base_model, rl, held)
     t_eval = time.perf_counter() - t
     t = time.perf_counter()
     sft_final = train_sft(sft)
     t_sft = time.perf_counter() - t
     sft_rows = [json.loads(x) for x in (out / "sft" / "metrics.jsonl").read_text().splitlines()]
     t = time.perf_counter()
-    before = evaluate(sft_final, rl, held)
+    before = evaluate_held_out(sft_final, rl, held)
     t_eval += time.perf_counter() - t
     t = time.perf_counter()
     final = train_rl(rl)
     t_rl = time.perf_counter() - t
     t = time.perf_counter()
-    after = evaluate(final, rl, held)
+    after = evaluate_held_out(final, rl, held)
     t_eval += time.perf_counter() - t
     curves = plot_runs([out], out / "curves.png")
     own, kids = _peak_rss_gib()
     wall = time.perf_counter() - t0
 
-    rows = [
-        ("f_tau (format reward)", "f_tau"),
+    n_prompts, group = len(held), rl.rollout.group_size
+
+    def cell(ev: Evaluation, key: str) -> str:
+        m, se = ev.mean_se(key)
+        return f"{m:.3f} ± {se:.3f}"
+
+    names = {
+        "accuracy": "accuracy",
+        "reward": "reward (total)",
+        "tool_use": "tool-use rate",
+        "format": "f_tau (format reward)",
+    }
+    table = [
+        f"| {names[k]} | {cell(base, k)} | {cell(before, k)} | {cell(after, k)} | "
+        + "{:+.3f} ± {:.3f} |".format(*_paired(after, before, k))
+        for k in SCORES
+    ]
+    extra = [
         ("kappa (tool calls / rollout)", "kappa"),
-        ("tool-use rate", "tool_use_rate"),
-        ("accuracy", "accuracy"),
-        ("reward", "reward/total"),
-        ("turns / rollout", "turns"),
         ("main tokens generated / rollout", "len/main_generated"),
     ]
-
-    def first_last(key: str, k: int = 5) -> tuple[float, float]:
-        vals = [r[key] for r in sft_rows]
-        return sum(vals[:k]) / len(vals[:k]), sum(vals[-k:]) / len(vals[-k:])
-
-    loss0, loss1 = first_last("loss")
+    table += [
+        f"| {name} | {base.metrics[key]:.3f} | {before.metrics[key]:.3f} | "
+        f"{after.metrics[key]:.3f} | |"
+        for name, key in extra
+    ]
+    acc_diff, acc_se = _paired(after, before, "accuracy")
+    verdict = (
+        f"RL raised held-out accuracy by {acc_diff:+.3f} (paired standard error {acc_se:.3f}, "
+        f"n = {n_prompts} prompts x {group} rollouts): "
+        + (
+            "more than one standard error."
+            if acc_diff > acc_se
+            else "NOT more than one standard error: this run does not show learning."
+        )
+    )
+    loss0 = sum(r["loss"] for r in sft_rows[:5]) / max(1, len(sft_rows[:5]))
+    loss1 = sum(r["loss"] for r in sft_rows[-5:]) / max(1, len(sft_rows[-5:]))
     lines = [
         "# ParaVT smoke run: tiny Qwen3-VL, synthetic tasks, SFT then PARA-GRPO",
         "",
-        f"Each column: the same {len(held)} prompts x {rl.rollout.group_size} rollouts at "
-        f"temperature {rl.rollout.temperature}, nFrames gating {list(rl.gating.choices)}, "
-        f"{rl.rollout.max_turns} turns, sub-agents answering the crop_video calls.",
+        f"Held-out evaluation: {n_prompts} prompts (videos neither SFT nor RL saw) x {group} "
+        f"rollouts at temperature {rl.rollout.temperature}, nFrames gating {list(rl.gating.choices)}, "
+        f"{rl.rollout.max_turns} turns, sub-agents answering the crop_video calls. Each cell: mean "
+        "± standard error over prompts; the last column is RL - SFT paired by prompt.",
         "",
-        "| metric | base (random init) | after SFT | after SFT + PARA-GRPO |",
-        "|---|---|---|---|",
-        *[
-            f"| {name} | {base[key]:.3f} | {before[key]:.3f} | {after[key]:.3f} |"
-            for name, key in rows
-        ],
+        "| metric | base (random init) | after SFT | after SFT + PARA-GRPO | RL - SFT |",
+        "|---|---|---|---|---|",
+        *table,
         "",
-        f"- synthetic task set: {rl.data.synth.n} videos, question types "
-        f"{rl.data.synth.question_types}, {len(examples)} RL prompts; SFT teacher traces over "
-        f"{budgets}-frame overviews",
+        verdict,
+        "",
+        "- task (paravt-tools synth, layout single): a 16 s video shows one coloured square for 2 s; "
+        "'What colour is the square?'. The 2- or 4-frame overview usually misses it; two parallel "
+        "crops over the halves of the video always find it. Half the SFT teacher traces answer "
+        "from the overview alone, so the SFT policy calls the tool on only some prompts.",
+        f"- synthetic videos: {LEARNING_SFT_VIDEOS} SFT videos "
+        f"(teacher traces at K = {list(GATED_K)}), {LEARNING_RL_VIDEOS} RL videos, "
+        f"{LEARNING_EVAL_VIDEOS} held-out videos, {t_synth:.0f} s",
         f"- SFT: {sft.max_steps} steps of {sft.sft.batch_size} traces in {t_sft:.0f} s "
-        f"({t_sft / max(sft.max_steps, 1):.2f} s/step); "
-        f"loss {loss0:.2f} (first 5 steps) -> {loss1:.2f} (last 5)",
+        f"({t_sft / max(sft.max_steps, 1):.2f} s/step); loss {loss0:.2f} (first 5 steps) -> "
+        f"{loss1:.3f} (last 5)",
         f"- RL: {rl.max_steps} steps of {rl.rollout.batch_prompts} prompts x "
-        f"{rl.rollout.group_size} rollouts in {t_rl:.0f} s",
+        f"{rl.rollout.group_size} rollouts, lr {rl.optim.lr:g}, in {t_rl:.0f} s "
+        f"({t_rl / max(rl.max_steps, 1):.1f} s/step)",
         f"- evaluation (3 columns): {t_eval:.0f} s",
-        f"- wall time: {wall:.0f} s",
+        f"- wall time: {wall:.0f} s; load average at the end "
+        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}",
         f"- peak memory (max RSS): {own:.2f} GiB this process, {kids:.2f} GiB largest child",
-        f"- files: metrics.jsonl, {curves.name}, final/ (HF-loadable), sft/final/, synth/, synth-sft-k*/",
+        f"- files: metrics.jsonl, {curves.name}, final/ (HF-loadable, with agent_protocol.json), "
+        "sft/final/, synth-*/",
         "",
-        "A 1 M-parameter random model: the table shows what SFT and a few RL steps change in "
-        "minutes on a CPU, not the paper's numbers.",
+        "A 1 M-parameter model trained in minutes on a CPU: the table shows what SFT and "
+        "PARA-GRPO change on this task, not the paper's numbers.",
     ]
     summary = out / "summary.md"
     summary.write_text("\n".join(lines) + "\n")
