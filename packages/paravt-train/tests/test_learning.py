@@ -1,7 +1,7 @@
 """PARA-GRPO makes the tiny policy better, end to end: the proof that signs, masks, advantages,
 sub-agent credit and the loss agree.
 
-The task (`paravt.tools.synth`, layout `single`, see `paravt.train.smoke.LEARNING_TASK`): a
+The task (`paravt.tools.synth`, layout `single`, see `paravt.train.smoke.LEARNING_SYNTH`): a
 16-second video shows one coloured square for 2 s; "What colour is the square?". The overview
 (K = 2 or 4 frames, nFrames gating) usually misses the square; two parallel `crop_video` calls over
 the halves of the video always find it, and the sub-agents (the same tiny model) say which colour.
@@ -13,8 +13,9 @@ run with a learning rate of 0 must not.
 
 Sabotage controls, that this test can fail: with `PARAVT_LEARNING_CONTROLS=1` the same run is
 repeated with the policy-gradient sign flipped and with the loss mask inverted (prompt tokens
-trained, generated tokens not), and each must miss the margins (two more RL runs, about 2 minutes
-on 2 cores, so they are opt-in; their measured results are in paravt-train's README).
+trained, generated tokens not), and each must miss the margins (two more RL runs, about 3 minutes
+on 2 quiet cores, so they are opt-in; their measured results are in paravt-train's README).
+Per-seed results (`PARAVT_LEARNING_SEED`) are there too: CI runs seed 0.
 """
 
 from __future__ import annotations
