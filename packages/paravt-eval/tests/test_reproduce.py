@@ -204,3 +204,29 @@ def test_the_eval_agents_crops_show_at_most_max_crop_frames(synth_dir):
         ToolsVideoSource(max_pixels=4096, max_crop_frames=4).toolbox(str(video)).execute(args)
     )
     assert len(wide.frames) == 12 and len(narrow.frames) == 4
+
+
+def test_paper_splits_run_the_paravt_paper_tasks_and_report_a_metric_each_task_defines() -> None:
+    import yaml
+
+    from paravt.eval.cli import paper_task_dir
+    from paravt.eval.reproduce import PAPER_COLUMNS, PAPER_GROUNDING_PROTOCOL, PAPER_PROTOCOL
+
+    class TaskLoader(yaml.SafeLoader):
+        """lmms-eval task YAML, its `!function` tags read as nothing."""
+
+    TaskLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+    def metrics_of(name: str) -> set[str]:
+        doc = yaml.load((paper_task_dir() / name).read_text(encoding="utf-8"), Loader=TaskLoader)
+        return {m["metric"] for m in doc.get("metric_list", [])}
+
+    assert len(PAPER_COLUMNS) == 7
+    for column in PAPER_COLUMNS:
+        text = (paper_task_dir() / f"{column.task}.yaml").read_text(encoding="utf-8")
+        assert f"task: {column.task}" in text
+        # the MCQ splits may take their metric list from the shared include
+        metrics = metrics_of(f"{column.task}.yaml") or metrics_of("_paravt_paper_mcq_metrics_yaml")
+        assert column.metric in metrics, (column.task, metrics)
+    assert PAPER_PROTOCOL["protocol"] == PAPER_GROUNDING_PROTOCOL["protocol"] == "paper"
+    assert PAPER_GROUNDING_PROTOCOL["prompt_mode"] == "agentic_minimal"

@@ -18,8 +18,9 @@ Offline default (what `nox -s reproduce` runs, CPU, no downloads):
    block C sequential vs parallel) as markdown + JSON, and a PNG chart.
 
 Each finished cell is a JSON file under `OUT/cells/`; a re-run skips it. A cell with errored
-samples says how many. With `--paper-splits`, the seven paper splits run through lmms-eval's own
-tasks (datasets and a GPU needed) and fill Table 1's paper columns.
+samples says how many. With `--paper-splits`, the seven paper splits run through the `paravt_paper`
+task group under protocol=paper, as the released driver ran them (datasets and a GPU needed), and
+fill Table 1's paper columns.
 """
 
 from __future__ import annotations
@@ -67,16 +68,25 @@ SYNTH_COLUMNS = (
     Column("paravt_synth_grounding", "Synth TVG (mIoU)", "miou"),
     Column("paravt_synth_oe", "Synth OE (acc)", "accuracy"),
 )
-# The seven paper splits with lmms-eval 0.7.3's own task names and headline metrics.
+# The seven paper splits as the released driver ran them: paravt-eval's `paravt_paper` task group
+# (the driver's datasets, question layout and scoring) under protocol=paper.
 PAPER_COLUMNS = (
-    Column("videomme", "VideoMME w/o sub", "videomme_perception_score"),
-    Column("videomme_w_subtitle", "VideoMME w/ sub", "videomme_perception_score"),
-    Column("longvideobench_val_v", "LongVideoBench", "lvb_acc"),
-    Column("lvbench", "LVBench", "lvbench_score"),
-    Column("mlvu_dev", "MLVU", "mlvu_percetion_score"),
-    Column("mmvu_val", "MMVU", "accuracy"),
-    Column("temporal_grounding_charades", "Charades-STA (mIoU)", "charades_sta_mIOU"),
+    Column("paravt_paper_videomme", "VideoMME w/o sub", "accuracy"),
+    Column("paravt_paper_videomme_wsub", "VideoMME w/ sub", "accuracy"),
+    Column("paravt_paper_longvideobench", "LongVideoBench", "accuracy"),
+    Column("paravt_paper_lvbench", "LVBench", "accuracy"),
+    Column("paravt_paper_mlvu", "MLVU", "accuracy"),
+    Column("paravt_paper_mmvu", "MMVU", "accuracy"),
+    Column("paravt_paper_charades", "Charades-STA (mIoU)", "miou"),
 )
+# How the driver ran them: agentic_general for the MCQ splits; Charades-STA with agentic_minimal
+# and the video_url channel (see paravt-eval's README, "Reproduce Table 1").
+PAPER_PROTOCOL = {"protocol": "paper", "prompt_mode": "agentic_general"}
+PAPER_GROUNDING_PROTOCOL = {
+    "protocol": "paper",
+    "prompt_mode": "agentic_minimal",
+    "video_channel": "video_url",
+}
 # Table 1 of the paper, for reference rows (percent).
 PAPER_TABLE1 = {
     "Qwen3-VL-8B (paper)": [59.9, 68.4, 52.2, 33.1, 58.3, 68.0, 49.3],
@@ -829,9 +839,15 @@ def run_reproduce(config: ReproduceConfig) -> ReproduceResult:
     columns = SYNTH_COLUMNS
     if config.paper_splits:
         columns = PAPER_COLUMNS
+        from paravt.eval.cli import paper_task_dir
+
         for stage in STAGES:
             if stage in ckpts:
-                run_lmms_cells(config, stage, ckpts[stage], PAPER_COLUMNS, None)
+                mcq, grounding = PAPER_COLUMNS[:-1], PAPER_COLUMNS[-1:]
+                for cols, proto in ((mcq, PAPER_PROTOCOL), (grounding, PAPER_GROUNDING_PROTOCOL)):
+                    run_lmms_cells(
+                        config, stage, ckpts[stage], cols, paper_task_dir(), protocol=proto
+                    )
     tables = build_tables(out, models, columns, missing)
     tables["seconds"] = round(time.perf_counter() - t0, 1)
     tables["checkpoints"] = {k: str(v) for k, v in ckpts.items()}
