@@ -534,7 +534,15 @@ def sft_rows(spec: VideoSpec, video: str, config: SynthConfig, seed: int) -> lis
                 "extra_info": json.dumps(_extra_info(spec, kind, seed)),
             }
         )
+    return rows + _subagent_rows(spec, video, crops, seed)
+
+
+def _subagent_rows(
+    spec: VideoSpec, video: str, crops: Sequence[tuple[Any, str]], seed: int
+) -> list[dict[str, Any]]:
+    """One SFT row per crop: the sub-agent's prompt over the crop's window and its teacher summary."""
     question, _ = question_for("oe", spec.layout)
+    rows = []
     for n, (sample, text) in enumerate(crops):
         start, end = sample.window_s
         prompt = build_subagent_prompt(question, (start, end), [])
@@ -655,26 +663,7 @@ def _single_sft_rows(
                 "extra_info": json.dumps(_extra_info(spec, kind, seed)),
             }
         )
-    question, _ = question_for("oe", spec.layout)
-    for n, (sample, text) in enumerate(crops):
-        start, end = sample.window_s
-        prompt = build_subagent_prompt(question, (start, end), [])
-        rows.append(
-            {
-                "id": f"{spec.video_id}_sub{n}",
-                "agent": "subagent",
-                "data_source": DATA_SOURCE,
-                "videos": [{"video": video}],
-                "frames": {"start_s": start, "end_s": end, "num_frames": len(sample.indices)},
-                "messages": [
-                    _msg("system", prompt[0].text),
-                    _msg("user", f"<video>Question: {question}"),
-                    _msg("assistant", f"<answer>{text}</answer>"),
-                ],
-                "extra_info": json.dumps(_extra_info(spec, "oe", seed)),
-            }
-        )
-    return rows
+    return rows + _subagent_rows(spec, video, crops, seed)
 
 
 def sft_conversation(
