@@ -62,6 +62,15 @@ log = logging.getLogger("paravt.core.sglang")
 _RETRY_STATUS = frozenset({500, 502, 503, 504})
 
 
+def _retry_reason(url: str, response: Any) -> str:
+    """Why a reply is worth retrying (HTTP 5xx), or "" for a 200; any other status is an error."""
+    if response.status_code in _RETRY_STATUS:
+        return f"HTTP {response.status_code}: {response.text[:300]}"
+    if response.status_code != 200:
+        raise ServerError(f"{url} answered HTTP {response.status_code}: {response.text[:500]}")
+    return ""
+
+
 class ServerError(RuntimeError):
     """An SGLang server is unreachable, timed out, or refused a request (the message names it)."""
 
@@ -339,13 +348,9 @@ class SGLangServerEngine(HFChatEncoder):
             except httpx.TransportError as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 continue
-            if response.status_code in _RETRY_STATUS:
-                last = f"HTTP {response.status_code}: {response.text[:300]}"
+            last = _retry_reason(url, response)
+            if last:
                 continue
-            if response.status_code != 200:
-                raise ServerError(
-                    f"{url} answered HTTP {response.status_code}: {response.text[:500]}"
-                )
             return response.json()
         raise self._error(f"POST {path}", base, self.retries + 1, started, last)
 
@@ -373,13 +378,9 @@ class SGLangServerEngine(HFChatEncoder):
                 except httpx.TransportError as exc:
                     last = f"{type(exc).__name__}: {exc}"
                     continue
-                if response.status_code in _RETRY_STATUS:
-                    last = f"HTTP {response.status_code}: {response.text[:300]}"
+                last = _retry_reason(url, response)
+                if last:
                     continue
-                if response.status_code != 200:
-                    raise ServerError(
-                        f"{url} answered HTTP {response.status_code}: {response.text[:500]}"
-                    )
                 try:
                     return response.json()
                 except json.JSONDecodeError:
