@@ -14,9 +14,7 @@ import importlib.util
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,7 @@ from paravt.core.paper_protocol import (
     driver_time_s,
     driver_tool_calls,
 )
+from paravt.eval.fake_server import FakeChatServer
 
 HERE = Path(__file__).parent / "paper_driver"
 FIXTURES = json.loads((HERE / "driver_fixtures.json").read_text(encoding="utf-8"))
@@ -58,46 +57,17 @@ def scenario_of(body: dict[str, Any]) -> str:
     return hits[0]
 
 
-class RecordingServer:
-    """An OpenAI-compatible chat server that records bodies and replies with the scenario's
-    scripted reply k for the request with k assistant messages."""
+def scripted_reply(body: dict[str, Any]) -> str:
+    """The scenario's scripted reply k for the request that carries k assistant messages."""
+    k = sum(1 for m in body["messages"] if m["role"] == "assistant")
+    return SCENARIOS[scenario_of(body)]["replies"][k]
+
+
+class RecordingServer(FakeChatServer):
+    """paravt-eval's fake OpenAI-compatible server, replying with the scenarios' scripts."""
 
     def __init__(self) -> None:
-        self.bodies: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with server.lock:
-                    server.bodies.append(body)
-                name = scenario_of(body)
-                k = sum(1 for m in body["messages"] if m["role"] == "assistant")
-                text = SCENARIOS[name]["replies"][k]
-                choice = {"index": 0, "message": {"role": "assistant", "content": text}}
-                payload = json.dumps(
-                    {
-                        "id": "x",
-                        "object": "chat.completion",
-                        "choices": [choice | {"finish_reason": "stop"}],
-                    }
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        super().__init__(scripted_reply)
 
     def requests_of(self, name: str) -> list[dict[str, Any]]:
         sent = [b for b in self.bodies if scenario_of(b) == name]
@@ -106,11 +76,8 @@ class RecordingServer:
 
 @pytest.fixture
 def server() -> Iterator[RecordingServer]:
-    s = RecordingServer()
-    s.thread.start()
-    yield s
-    s.httpd.shutdown()
-    s.httpd.server_close()
+    with RecordingServer() as s:
+        yield s
 
 
 def normalized(body: dict[str, Any]) -> dict[str, Any]:
