@@ -1,7 +1,7 @@
 """PARA-GRPO makes the tiny policy better, end to end: the proof that signs, masks, advantages,
 sub-agent credit and the loss agree.
 
-The task (`paravt.tools.synth`, layout `single`, see `paravt.train.smoke.LEARNING_SYNTH`): a
+The task (`paravt.tools.synth`, layout `single`, see `paravt.train.miniature`): a
 16-second video shows one coloured square for 2 s; "What colour is the square?". The overview
 (K = 2 or 4 frames, nFrames gating) usually misses the square; two parallel `crop_video` calls over
 the halves of the video always find it, and the sub-agents (the same tiny model) say which colour.
@@ -28,22 +28,22 @@ from typing import Any
 
 import pytest
 
-from paravt.train.recipe import RLRecipe, SFTRecipe, load_recipe
-from paravt.train.smoke import (
-    LEARNING_EVAL_VIDEOS,
-    LEARNING_LR,
-    LEARNING_RL,
-    LEARNING_RL_VIDEOS,
-    LEARNING_SFT,
-    LEARNING_SYNTH,
-    LEARNING_VIDEO,
+from paravt.train.miniature import (
+    EVAL_VIDEOS,
+    LR,
     LR_ZERO,
+    RL,
+    RL_VIDEOS,
+    SFT,
+    SYNTH,
+    VIDEO,
 )
+from paravt.train.recipe import RLRecipe, SFTRecipe, load_recipe
 
 # Margins over the SFT policy on the held-out prompts (paired: same prompts, same K, same seed).
 ACCURACY_MARGIN = 0.05
 REWARD_MARGIN = 0.20
-RL_STEPS = int(os.environ.get("PARAVT_LEARNING_RL_STEPS", "16"))
+RL_STEPS = int(os.environ.get("PARAVT_RL_STEPS", "16"))
 SEED = int(os.environ.get("PARAVT_LEARNING_SEED", "0"))
 CONTROLS = os.environ.get("PARAVT_LEARNING_CONTROLS", "") == "1"
 KEYS = ("accuracy", "reward/total", "tool_use_rate", "kappa", "f_tau")
@@ -67,8 +67,8 @@ def rl_recipe(cold: ColdStart, out: Path, *extra: str) -> RLRecipe:
             f"data.parquet=[{cold.train_rl}]",
             "data.synth=null",
             f"seed={SEED}",
-            *LEARNING_VIDEO,
-            *LEARNING_RL,
+            *VIDEO,
+            *RL,
             "logging.progress=false",
             *extra,
         ],
@@ -92,7 +92,7 @@ def cold_start(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) 
     def synth(out: Path, **update: Any) -> None:
         where = [f"output_dir={root}", "model.path=unused", f"data.synth.out_dir={out}"]
         spec = load_recipe(
-            "tiny_sft", [*where, f"data.parquet=[{out / 'sft.parquet'}]", *LEARNING_SYNTH]
+            "tiny_sft", [*where, f"data.parquet=[{out / 'sft.parquet'}]", *SYNTH]
         ).data.synth
         assert isinstance(spec, SynthSpec)
         spec = spec.model_copy(update=update)
@@ -100,8 +100,8 @@ def cold_start(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) 
 
     for k in ks:  # the same videos, teacher traces over each overview budget the gate draws
         synth(root / f"sft-k{k}", sft_overview_frames=k, seed=SEED)
-    synth(root / "rl", n=LEARNING_RL_VIDEOS, seed=10_000 + SEED)
-    synth(root / "held", n=LEARNING_EVAL_VIDEOS, seed=20_000 + SEED)
+    synth(root / "rl", n=RL_VIDEOS, seed=10_000 + SEED)
+    synth(root / "held", n=EVAL_VIDEOS, seed=20_000 + SEED)
     sft = load_recipe(
         "tiny_sft",
         [
@@ -111,8 +111,8 @@ def cold_start(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) 
             f"data.parquet=[{', '.join(str(root / f'sft-k{k}' / 'sft.parquet') for k in ks)}]",
             "data.synth=null",
             f"seed={SEED}",
-            *LEARNING_VIDEO,
-            *LEARNING_SFT,
+            *VIDEO,
+            *SFT,
             "logging.progress=false",
         ],
         stage="sft",
@@ -180,7 +180,7 @@ def test_para_grpo_raises_held_out_reward_and_accuracy_over_the_sft_policy(
     cold_start: ColdStart, tmp_path: Path
 ) -> None:
     before = cold_start.before
-    after = train_and_evaluate(cold_start, tmp_path / "rl", lr=LEARNING_LR)
+    after = train_and_evaluate(cold_start, tmp_path / "rl", lr=LR)
     assert after["accuracy"] >= before["accuracy"] + ACCURACY_MARGIN, (before, after)
     assert after["reward/total"] >= before["reward/total"] + REWARD_MARGIN, (before, after)
 
@@ -204,7 +204,7 @@ def test_a_sabotaged_trainer_does_not_learn(
         pytest.skip("opt-in control (two more RL runs): PARAVT_LEARNING_CONTROLS=1")
     sabotage(monkeypatch, kind)
     before = cold_start.before
-    after = train_and_evaluate(cold_start, tmp_path / kind, lr=LEARNING_LR, sabotaged=kind)
+    after = train_and_evaluate(cold_start, tmp_path / kind, lr=LR, sabotaged=kind)
     improved = (
         after["accuracy"] >= before["accuracy"] + ACCURACY_MARGIN
         and after["reward/total"] >= before["reward/total"] + REWARD_MARGIN

@@ -18,8 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paravt.train.miniature import (
+    EVAL_VIDEOS,
+    GATED_K,
+    RL_STEPS,
+    RL_VIDEOS,
+    SFT_VIDEOS,
+    make_task_data,
+    rl_recipe,
+    sft_recipe,
+)
 from paravt.train.plot import plot_runs
-from paravt.train.recipe import DataSpec, RLRecipe, SFTRecipe, load_recipe
+from paravt.train.recipe import RLRecipe
 
 log = logging.getLogger("paravt.train")
 
@@ -29,93 +39,6 @@ def _peak_rss_gib() -> tuple[float, float]:
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
     return own, kids
-
-
-# The smoke run's task, shaped by what a 1 M-parameter model learns in minutes on 2 cores
-# (ENVIRONMENT.md, "What a tiny model can learn"): colour-word (oe) and fixed-order (mcq) answers,
-# few frames per crop, a short overview. tvg (timestamps) is left out: it needs far more steps.
-SMOKE_SYNTH = [
-    "data.synth.n=24",
-    "data.synth.duration_s=60",
-    "data.synth.question_types=[oe,mcq]",
-    "data.synth.sft_overview_frames=8",
-    "data.synth.crop_max_frames=4",
-]
-SMOKE_VIDEO = ["video.overview_frames=8", "video.max_crop_frames=4"]
-# 400 steps of 8 traces: the teacher's ~210-token first turn (think, then three JSON calls) must be
-# nearly memorised before sampling at temperature 0.7 yields parseable calls (measured: 120 steps
-# give loss 0.55 and no executed call; 360 steps give loss 0.03 and calls). Packing into 2048-token
-# micro-batches keeps the short sub-agent traces from being padded to the long main traces.
-SMOKE_SFT = [
-    "max_steps=400",
-    "sft.batch_size=8",
-    "sft.packing=true",
-    "sft.packing_length=2048",
-    "optim.lr=1e-3",
-    "optim.warmup_steps=15",
-]
-# Turns and calls per turn as in the teacher traces' system prompt (3 and 5), and a token budget
-# that fits the teacher's first turn.
-SMOKE_RL = [
-    "max_steps=8",
-    "rollout.max_turns=3",
-    "rollout.max_parallel=5",
-    "rollout.max_new_tokens=256",
-    "rollout.subagent_max_new_tokens=80",
-    "optim.lr=5e-5",
-    "checkpoint.every_steps=0",
-]
-EVAL_PROMPTS = 16
-
-# The task on which RL has something to learn (`paravt.tools.synth` layout `single`; the learning
-# test in tests/test_learning.py and the smoke run use it): a 16 s video with one coloured square
-# for 2 s, big enough to fill the frame's shorter side. At K = 2 or 4 overview frames the overview
-# usually misses it (at K >= 8 it always shows it); two parallel crops of 4 frames over the halves
-# of the video always find it. Half of the main-agent teacher traces answer from the overview alone,
-# so the SFT policy calls the tool on only some prompts: RL must learn that the tool pays.
-LEARNING_SFT_VIDEOS = 96
-LEARNING_SYNTH = [
-    "data.synth.layout=single",
-    f"data.synth.n={LEARNING_SFT_VIDEOS}",
-    "data.synth.duration_s=16",
-    "data.synth.fps=2",
-    "data.synth.needle_s=2",
-    "data.synth.square_size=[0.9,1.0]",
-    "data.synth.question_types=[oe]",
-    "data.synth.crop_max_frames=4",
-    "data.synth.crop_windows=2",
-    "data.synth.tool_fraction=0.5",
-    "data.synth.prompt_mode=agentic_minimal",
-]
-LEARNING_VIDEO = ["video.overview_frames=4", "video.max_crop_frames=4"]
-LEARNING_SFT = [
-    "max_steps=500",
-    "sft.batch_size=8",
-    "sft.packing=true",
-    "sft.packing_length=2048",
-    "optim.lr=2e-3",
-    "optim.warmup_steps=15",
-]
-LEARNING_RL = [
-    "rollout.batch_prompts=4",
-    "rollout.group_size=8",
-    "rollout.max_turns=3",
-    "rollout.max_parallel=5",
-    "rollout.prompt_mode=agentic_minimal",
-    "rollout.max_new_tokens=80",
-    "rollout.subagent_max_new_tokens=16",
-    "gating.choices=[2,4]",
-    "checkpoint.every_steps=0",
-]
-LEARNING_LR = 3e-4
-# "Learning rate 0" for control runs: the recipe requires lr > 0; at 1e-30 no float32 weight moves.
-LR_ZERO = 1e-30
-LEARNING_RL_VIDEOS = 32  # RL prompts come from other videos than the SFT traces
-LEARNING_EVAL_VIDEOS = 32  # held-out videos, neither SFT's nor RL's
-
-
-SMOKE_RL_STEPS = 30
-GATED_K = (2, 4)
 
 
 @dataclass
@@ -190,12 +113,11 @@ def _paired(after: Evaluation, before: Evaluation, key: str) -> tuple[float, flo
 def run_smoke(out: Path, *, sft_steps: int | None = None, rl_steps: int | None = None) -> Path:
     """Run the whole pipeline into `out`; returns the path of summary.md.
 
-    The task is `LEARNING_SYNTH` (the one the learning test uses). The random base model, the SFT
+    The task is `paravt.train.miniature`'s (the one the learning test uses). The random base model, the SFT
     model and the RL model are each evaluated on the same held-out prompts (videos neither SFT nor
     RL saw) x `group_size` rollouts at the rollout temperature; the summary gives each score's mean
     and standard error over prompts, and the RL - SFT difference paired by prompt.
     """
-    from paravt.train.frames import ensure_synth
     from paravt.train.modeling import ensure_model
     from paravt.train.rl import load_rl_examples, train_rl
     from paravt.train.sft import train_sft
@@ -205,59 +127,13 @@ def run_smoke(out: Path, *, sft_steps: int | None = None, rl_steps: int | None =
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
 
-    def synth(where: Path, **update: Any) -> None:
-        spec = load_recipe(
-            "tiny_sft",
-            [
-                f"output_dir={out}",
-                "model.path=unused",
-                f"data.synth.out_dir={where}",
-                f"data.parquet=[{where / 'sft.parquet'}]",
-                *LEARNING_SYNTH,
-            ],
-        ).data.synth
-        assert spec is not None
-        spec = spec.model_copy(update=update)
-        ensure_synth(DataSpec(parquet=[str(where / "sft.parquet")], synth=spec))
-
     t = time.perf_counter()
-    for k in GATED_K:  # the same videos, teacher traces over each overview budget the gate draws
-        synth(out / f"synth-sft-k{k}", sft_overview_frames=k, seed=0)
-    synth(out / "synth-rl", n=LEARNING_RL_VIDEOS, seed=10_000)
-    synth(out / "synth-held", n=LEARNING_EVAL_VIDEOS, seed=20_000)
+    data = make_task_data(out)
     t_synth = time.perf_counter() - t
-    sft_parquets = ", ".join(str(out / f"synth-sft-k{k}" / "sft.parquet") for k in GATED_K)
-    sft = load_recipe(
-        "tiny_sft",
-        [
-            f"output_dir={out / 'sft'}",
-            f"model.path={out / 'tiny-model'}",
-            f"data.parquet=[{sft_parquets}]",
-            "data.synth=null",
-            *LEARNING_VIDEO,
-            *LEARNING_SFT,
-            *([f"max_steps={sft_steps}"] if sft_steps else []),
-        ],
-        stage="sft",
-    )
-    assert isinstance(sft, SFTRecipe)
-    rl = load_recipe(
-        "tiny_paragrpo",
-        [
-            f"output_dir={out}",
-            f"model.path={out / 'sft' / 'final'}",
-            f"data.parquet=[{out / 'synth-rl' / 'rl.parquet'}]",
-            "data.synth=null",
-            *LEARNING_VIDEO,
-            *LEARNING_RL,
-            f"optim.lr={LEARNING_LR}",
-            f"max_steps={rl_steps or SMOKE_RL_STEPS}",
-        ],
-        stage="rl",
-    )
-    assert isinstance(rl, RLRecipe)
+    sft = sft_recipe(out / "sft", out / "tiny-model", data, steps=sft_steps)
+    rl = rl_recipe(out, out / "sft" / "final", data.rl, steps=rl_steps or RL_STEPS)
     held_recipe = rl.model_copy(deep=True)
-    held_recipe.data.parquet = [str(out / "synth-held" / "rl.parquet")]
+    held_recipe.data.parquet = [str(data.held_out)]
     held = load_rl_examples(held_recipe)
 
     base_model = ensure_model(sft.model)
@@ -337,9 +213,9 @@ def run_smoke(out: Path, *, sft_steps: int | None = None, rl_steps: int | None =
         "'What colour is the square?'. The 2- or 4-frame overview usually misses it; two parallel "
         "crops over the halves of the video always find it. Half the SFT teacher traces answer "
         "from the overview alone, so the SFT policy calls the tool on only some prompts.",
-        f"- synthetic videos: {LEARNING_SFT_VIDEOS} SFT videos "
-        f"(teacher traces at K = {list(GATED_K)}), {LEARNING_RL_VIDEOS} RL videos, "
-        f"{LEARNING_EVAL_VIDEOS} held-out videos, {t_synth:.0f} s",
+        f"- synthetic videos: {SFT_VIDEOS} SFT videos "
+        f"(teacher traces at K = {list(GATED_K)}), {RL_VIDEOS} RL videos, "
+        f"{EVAL_VIDEOS} held-out videos, {t_synth:.0f} s",
         f"- SFT: {sft.max_steps} steps of {sft.sft.batch_size} traces in {t_sft:.0f} s "
         f"({t_sft / max(sft.max_steps, 1):.2f} s/step); loss {loss0:.2f} (first 5 steps) -> "
         f"{loss1:.3f} (last 5)",

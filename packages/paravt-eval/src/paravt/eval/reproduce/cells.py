@@ -1,0 +1,191 @@
+"""Measurement cells of the miniature, one JSON file each under `OUT/cells/seed<S>/`:
+
+- accuracy: a checkpoint on the held-out videos at one overview budget K, greedy, parallel or
+  sequential dispatch, through paravt-eval's `EvalAgent` (the agent `ask` and the lmms-eval plugin
+  run), under the protocol the checkpoint was trained with (`agent_protocol.json`) with K and the
+  temperature set; scored per document with the synthetic open-ended scorer (normalised exact
+  match, else token F1), so seeds and arms can be compared document by document;
+- rollout stats (base and SFT rows): f_tau and kappa of the training-time rollouts the full
+  PARA-GRPO arm's first step would make: its training prompts, gate, temperature and reward;
+- training curves (RL rows): f_tau, kappa, accuracy and reward per step, read from the run's
+  `metrics.jsonl`; the row's f_tau and kappa are the mean of the last `SETTLED_STEPS` steps.
+
+A finished cell is never re-run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from paravt.eval.reproduce.config import ReproduceConfig
+from paravt.eval.reproduce.progress import log
+
+SETTLED_STEPS = 5  # an RL row's f_tau / kappa: the mean of its last steps
+CURVE_KEYS = ("f_tau", "kappa", "accuracy", "reward/total", "tool_use_rate")
+
+
+def cell_path(out: Path, seed: int, model: str, name: str) -> Path:
+    return out / "cells" / f"seed{seed}" / f"{model}__{name}.json"
+
+
+def cached(path: Path, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The cell at `path`, computed and written first when it is missing."""
+    if path.is_file():
+        return dict(json.loads(path.read_text(encoding="utf-8")))
+    t0 = time.perf_counter()
+    cell = compute()
+    cell["seconds"] = round(time.perf_counter() - t0, 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cell, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return cell
+
+
+def held_out_documents(held_out: Path) -> list[dict[str, Any]]:
+    """The held-out open-ended documents (`paravt.eval.synth_tasks.synth_documents`)."""
+    from paravt.eval.synth_tasks import synth_documents
+
+    docs = synth_documents(held_out.parent)["paravt_synth_oe"]
+    if not docs:
+        raise ValueError(f"{held_out}: no open-ended questions to evaluate on")
+    return docs
+
+
+def protocol_source(checkpoint: Path, fallback: Path) -> str:
+    """The checkpoint's own recorded protocol, else `fallback` (a directory with one): the base
+    model has none, and an SFT checkpoint records no rollout settings."""
+    from paravt.core.agent_protocol import PROTOCOL_FILE
+
+    recorded = checkpoint / PROTOCOL_FILE
+    if recorded.is_file():
+        data = json.loads(recorded.read_text(encoding="utf-8"))
+        if "paravt-train rl" in str(data.get("source", "")):
+            return str(checkpoint)
+    return str(fallback)
+
+
+def accuracy_cell(
+    config: ReproduceConfig,
+    seed: int,
+    model: str,
+    checkpoint: Path,
+    k: int,
+    docs: list[dict[str, Any]],
+    protocol: str,
+    *,
+    dispatch: str = "parallel",
+) -> dict[str, Any]:
+    """Held-out accuracy of `checkpoint` at overview budget `k` (greedy)."""
+    name = f"acc_k{k}" + ("" if dispatch == "parallel" else f"_{dispatch}")
+
+    def compute() -> dict[str, Any]:
+        from paravt.eval.agent import EvalAgent, VideoQuestion
+        from paravt.eval.config import EvalConfig
+        from paravt.eval.metrics import open_ended_score
+
+        log(f"seed {seed}: {model} on {len(docs)} held-out videos, K = {k}, {dispatch} (greedy)")
+        agent = EvalAgent(
+            EvalConfig(
+                pretrained=str(checkpoint),
+                protocol=protocol,
+                main_nframes=k,
+                temperature=0.0,
+                dispatch=dispatch,  # type: ignore[arg-type]
+                device=config.device,
+                batch_size=config.batch_size,
+            )
+        )
+        samples = [
+            VideoQuestion(
+                key=str(d["id"]),
+                video=d["video"],
+                question=d["question"],
+                task=name,
+                doc_id=i,
+                answer_kind="open",
+            )
+            for i, d in enumerate(docs)
+        ]
+        traces = agent.run(samples)
+        scores = [
+            0.0 if t.error else open_ended_score(t.response, d["answer"])
+            for t, d in zip(traces, docs)
+        ]
+        calls = [t.num_tool_calls for t in traces]
+        return {
+            "seed": seed,
+            "model": model,
+            "k": k,
+            "dispatch": dispatch,
+            "accuracy": sum(scores) / len(scores),
+            "per_doc": scores,
+            "kappa": sum(calls) / len(calls),
+            "tool_use_rate": sum(c > 0 for c in calls) / len(calls),
+            "errored": sum(1 for t in traces if t.error),
+            "documents": len(docs),
+            "example": traces[0].turns[-1]["response"][:300] if traces[0].turns else "",
+        }
+
+    return cached(cell_path(config.out, seed, model, name), compute)
+
+
+def rollout_stats_cell(
+    config: ReproduceConfig, seed: int, model: str, checkpoint: Path, recipe: Any
+) -> dict[str, Any]:
+    """f_tau and kappa of `checkpoint` from rollouts under `recipe` (the full PARA-GRPO arm's)
+    on `config.stats_prompts` training prompts x the group size, at the rollout temperature."""
+
+    def compute() -> dict[str, Any]:
+        from paravt.train.rl import evaluate, load_rl_examples
+
+        examples = load_rl_examples(recipe)[: config.stats_prompts]
+        n = len(examples) * recipe.rollout.group_size
+        log(
+            f"seed {seed}: {model}, {n} training-prompt rollouts at temperature "
+            f"{recipe.rollout.temperature:g} for f_tau and kappa"
+        )
+        metrics = evaluate(checkpoint, recipe, examples, seed=seed)
+        return {
+            "seed": seed,
+            "model": model,
+            "rollouts": n,
+            "temperature": recipe.rollout.temperature,
+            **{k: metrics.get(k) for k in CURVE_KEYS},
+        }
+
+    return cached(cell_path(config.out, seed, model, "rollout_stats"), compute)
+
+
+def training_curves(run: Path) -> dict[str, list[float]]:
+    """Per-step values of `CURVE_KEYS` from an RL run's metrics.jsonl."""
+    rows = [
+        json.loads(line)
+        for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
+    rows = [r for r in rows if "kappa" in r]  # rollout steps (not e.g. eval-only rows)
+    return {k: [float(r.get(k, float("nan"))) for r in rows] for k in ("step", *CURVE_KEYS)}
+
+
+def settled(values: list[float], n: int = SETTLED_STEPS) -> float:
+    tail = values[-n:]
+    return sum(tail) / len(tail) if tail else float("nan")
+
+
+def settle_step(values: list[float], tolerance: float) -> int | None:
+    """The first step from which the 5-step moving average stays within `tolerance` of the
+    run's settled value (its last 5 steps' mean); None for a run too short to tell."""
+    n = SETTLED_STEPS
+    if len(values) < 2 * n:
+        return None
+    final = settled(values)
+    moving = [sum(values[i - n + 1 : i + 1]) / n for i in range(n - 1, len(values))]
+    for i, _ in enumerate(moving):
+        if all(abs(m - final) <= tolerance for m in moving[i:]):
+            return i + n  # 1-based step at which that window ends
+    return len(values)

@@ -1,0 +1,126 @@
+"""The curves chart: f_tau and kappa per RL step for block A (as the paper's figure) and block B,
+each line the mean over seeds with the seed spread (min to max) shaded; base and SFT, which have
+no RL steps, are horizontal lines at their training-prompt rollouts' value with their spread.
+A third column shows held-out accuracy per row (mean over seeds, min-max whiskers) per K.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from paravt.eval.reproduce.tables import BLOCK_A, BLOCK_B, LABELS, Row, Summary, mean_sd
+
+# One colour per model in every panel.
+COLORS = {
+    "base": "tab:gray",
+    "sft": "tab:orange",
+    "grpo": "tab:blue",
+    "para_grpo": "tab:red",
+    "anchoring_only": "tab:green",
+    "gating_only": "tab:purple",
+    "no_tool_reward": "tab:brown",
+    "no_gamma": "tab:olive",
+    "sequential": "tab:pink",
+}
+
+
+def _band(ax: object, row: Row, key: str, label: str) -> None:  # pragma: no cover - drawing
+    curves = [c[key] for c in row.curves if c.get(key)]
+    if not curves:
+        return
+    n = min(len(c) for c in curves)
+    steps = list(range(1, n + 1))
+    per_step = [[c[i] for c in curves] for i in range(n)]
+    mean = [sum(v) / len(v) for v in per_step]
+    line = ax.plot(steps, mean, label=label, color=COLORS.get(row.model), lw=1.6)  # type: ignore[attr-defined]
+    if len(curves) > 1:
+        ax.fill_between(  # type: ignore[attr-defined]
+            steps,
+            [min(v) for v in per_step],
+            [max(v) for v in per_step],
+            alpha=0.2,
+            color=line[0].get_color(),
+        )
+
+
+def _flat(ax: object, row: Row, key: str, label: str, steps: int) -> None:  # pragma: no cover
+    values = [v for v in getattr(row, key) if v is not None]
+    if not values or steps < 1:
+        return
+    m = sum(values) / len(values)
+    line = ax.plot([1, steps], [m, m], ls="--", lw=1.2, label=label, color=COLORS.get(row.model))  # type: ignore[attr-defined]
+    if len(values) > 1:
+        ax.fill_between(  # type: ignore[attr-defined]
+            [1, steps], [min(values)] * 2, [max(values)] * 2, alpha=0.12, color=line[0].get_color()
+        )
+
+
+def _bars(ax: object, s: Summary, names: Sequence[str], title: str) -> None:  # pragma: no cover
+    rows = [(n, s.rows[n]) for n in names if n in s.rows]
+    if s.sequential is not None and "para_grpo" in names and title.startswith("(A)"):
+        rows.append(("sequential", s.sequential))
+    ks = s.budgets
+    width = 0.8 / max(1, len(rows))
+    for i, (name, row) in enumerate(rows):
+        means, lo, hi = [], [], []
+        for k in ks:
+            vals = [v * 100 for v in row.accuracy.get(k, []) if v is not None]
+            m, _ = mean_sd(vals)
+            means.append(m or 0.0)
+            lo.append((m or 0.0) - min(vals, default=0.0))
+            hi.append(max(vals, default=0.0) - (m or 0.0))
+        xs = [j + i * width for j in range(len(ks))]
+        label = "PARA-GRPO, sequential dispatch" if name == "sequential" else LABELS[name]
+        ax.bar(xs, means, width, yerr=[lo, hi], capsize=2, label=label, color=COLORS.get(name))  # type: ignore[attr-defined]
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(ks))], [f"K={k}" for k in ks])  # type: ignore[attr-defined]
+    ax.set_ylim(0, 105)  # type: ignore[attr-defined]
+    ax.set_ylabel("held-out accuracy, % (greedy)")  # type: ignore[attr-defined]
+    ax.set_title(title, fontsize=9)  # type: ignore[attr-defined]
+    ax.legend(fontsize=6, loc="upper right")  # type: ignore[attr-defined]
+
+
+def draw_chart(s: Summary, path: Path) -> Path:
+    """Write the chart to `path` (PNG) and return it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with_b = any(n in s.rows for n in ("anchoring_only", "gating_only"))
+    nrows = 2 if with_b else 1
+    fig, axes = plt.subplots(nrows, 3, figsize=(15, 4.4 * nrows), squeeze=False)
+    steps = max((len(c.get("kappa", [])) for r in s.rows.values() for c in r.curves), default=0)
+    for key, col, ylabel in (("f_tau", 0, "f_tau (format reward, T=0.7)"), ("kappa", 1, "kappa")):
+        ax = axes[0][col]
+        for name in BLOCK_A:
+            row = s.rows.get(name)
+            if row is None:
+                continue
+            if row.curves:
+                _band(ax, row, key, LABELS[name])
+            else:
+                _flat(ax, row, key, LABELS[name], steps)
+        ax.set_title(f"(A) {key} per RL step (mean over seeds, min-max shaded)", fontsize=9)
+        ax.set_xlabel("RL step")
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=7)
+        if with_b:
+            ax = axes[1][col]
+            for name in BLOCK_B:
+                row = s.rows.get(name)
+                if row is not None and row.curves:
+                    _band(ax, row, key, LABELS[name])
+            ax.set_title(f"(B) {key} per RL step", fontsize=9)
+            ax.set_xlabel("RL step")
+            ax.set_ylabel(ylabel)
+            ax.legend(fontsize=7)
+    _bars(axes[0][2], s, BLOCK_A, "(A) and (C) held-out accuracy per overview budget K")
+    if with_b:
+        _bars(axes[1][2], s, BLOCK_B, "(B) held-out accuracy per overview budget K")
+    fig.suptitle(f"ParaVT Table 2 in miniature: tiny Qwen3-VL, {len(s.seeds)} seeds", fontsize=11)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

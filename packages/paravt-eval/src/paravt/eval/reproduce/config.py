@@ -1,0 +1,77 @@
+"""What `paravt-eval reproduce` runs: seeds, blocks, steps, held-out size, and the `--quick` preset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+BLOCKS = ("A", "B", "C")
+# Overview budgets of the held-out columns: 8 (= duration / needle: the overview always shows the
+# square, the tool is optional), 4 and 2 (the overview usually misses it, the tool is needed).
+EVAL_BUDGETS = (8, 4, 2)
+
+
+class ReproduceConfig(BaseModel):
+    """The paper's Table 2 in miniature (and, with `paper_splits`, Table 1 on the paper's splits).
+
+    Defaults are the full run: 3 training seeds, blocks A, B and C, 30 RL steps per arm, 64
+    held-out videos per column (about 45 minutes on 2 CPU cores). `quick()` is the variant the
+    test suite runs.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    out: Path = Field(Path("runs/reproduce"), description="Output directory (cells are cached).")
+    seeds: tuple[int, ...] = Field((0, 1, 2), min_length=1, description="Training seeds.")
+    blocks: tuple[str, ...] = Field(BLOCKS, min_length=1, description="Table 2 blocks to run.")
+    sft_steps: int = Field(500, ge=1, description="Cold-start SFT steps.")
+    rl_steps: int = Field(30, ge=1, description="RL steps per arm.")
+    n_sft_videos: int = Field(96, ge=1, description="Videos with SFT teacher traces.")
+    n_rl_videos: int = Field(32, ge=1, description="Videos whose questions are RL prompts.")
+    n_eval: int = Field(64, ge=1, description="Held-out videos (documents) per column.")
+    eval_budgets: tuple[int, ...] = Field(
+        EVAL_BUDGETS, min_length=1, description="Overview frames K of the held-out columns."
+    )
+    stats_prompts: int = Field(
+        32, ge=1, description="Training prompts (x group size) for base/SFT f_tau and kappa."
+    )
+    batch_size: int = Field(32, ge=1, description="Held-out samples generated together.")
+    device: str = "cpu"
+    paper_splits: bool = Field(
+        False, description="Also run the seven paper splits on --checkpoints through lmms-eval."
+    )
+    checkpoints: str | None = Field(
+        None, description="stage=PATH pairs for --paper-splits (base, sft, grpo, para_grpo)."
+    )
+
+    @model_validator(mode="after")
+    def _known_blocks(self) -> ReproduceConfig:
+        bad = [b for b in self.blocks if b not in BLOCKS]
+        if bad:
+            raise ValueError(f"blocks {bad}: each block is one of {', '.join(BLOCKS)}")
+        if self.checkpoints and not self.paper_splits:
+            raise ValueError(
+                "--checkpoints names checkpoints for the paper splits; add --paper-splits "
+                "(the miniature trains its own checkpoints)"
+            )
+        return self
+
+    @classmethod
+    def quick(cls, out: Path, **overrides: object) -> ReproduceConfig:
+        """Seconds, not minutes: 2 seeds, blocks A and C, a few steps, 8 held-out videos.
+        It shows the pipeline runs end to end and caches; its numbers mean nothing."""
+        fields: dict[str, object] = {
+            "out": out,
+            "seeds": (0, 1),
+            "blocks": ("A", "C"),
+            "sft_steps": 30,
+            "rl_steps": 2,
+            "n_sft_videos": 8,
+            "n_rl_videos": 4,
+            "n_eval": 8,
+            "eval_budgets": (8, 2),
+            "stats_prompts": 4,
+            **overrides,
+        }
+        return cls.model_validate(fields)

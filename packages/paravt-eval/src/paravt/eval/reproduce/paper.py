@@ -1,0 +1,185 @@
+"""Table 1 on the paper's seven splits: given checkpoints through the real lmms-eval CLI.
+
+`--paper-splits --checkpoints base=PATH,...,para_grpo=PATH` runs each checkpoint on the
+`paravt_paper` task group (the released driver's datasets, question layout and scoring) under
+protocol=paper, as the released driver ran them: agentic_general for the MCQ splits,
+agentic_minimal with the video_url channel for Charades-STA. It needs the datasets and a GPU
+(or a server); each (checkpoint, task) cell is a JSON file under `OUT/paper_cells/` and is never
+re-run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from paravt.eval.reproduce.progress import log
+
+STAGES = ("base", "sft", "grpo", "para_grpo")
+
+
+@dataclass(frozen=True)
+class Column:
+    task: str  # lmms-eval task name
+    label: str
+    metric: str  # key in lmms-eval's results[task] (without the ",none" filter suffix)
+
+
+PAPER_COLUMNS = (
+    Column("paravt_paper_videomme", "VideoMME w/o sub", "accuracy"),
+    Column("paravt_paper_videomme_wsub", "VideoMME w/ sub", "accuracy"),
+    Column("paravt_paper_longvideobench", "LongVideoBench", "accuracy"),
+    Column("paravt_paper_lvbench", "LVBench", "accuracy"),
+    Column("paravt_paper_mlvu", "MLVU", "accuracy"),
+    Column("paravt_paper_mmvu", "MMVU", "accuracy"),
+    Column("paravt_paper_charades", "Charades-STA (mIoU)", "miou"),
+)
+PAPER_PROTOCOL = {"protocol": "paper", "prompt_mode": "agentic_general"}
+PAPER_GROUNDING_PROTOCOL = {
+    "protocol": "paper",
+    "prompt_mode": "agentic_minimal",
+    "video_channel": "video_url",
+}
+# Table 1 of the paper, for reference rows (percent).
+PAPER_TABLE1 = {
+    "Qwen3-VL-8B (paper)": [59.9, 68.4, 52.2, 33.1, 58.3, 68.0, 49.3],
+    "ParaVT-8B (paper)": [62.1, 69.4, 60.4, 39.8, 65.0, 68.6, 50.1],
+}
+
+
+def parse_checkpoints(text: str | None) -> dict[str, Path]:
+    """`base=PATH,sft=PATH` -> {stage: path}; unknown stages and missing directories are errors."""
+    out: dict[str, Path] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        stage, sep, path = item.partition("=")
+        stage = stage.strip()
+        if not sep or stage not in STAGES:
+            raise ValueError(
+                f"--checkpoints entry {item!r}: expected stage=PATH with stage one of "
+                f"{', '.join(STAGES)}"
+            )
+        p = Path(path.strip()).expanduser()
+        if not p.is_dir():
+            raise ValueError(f"--checkpoints {stage}: {p} is not a checkpoint directory")
+        out[stage] = p
+    return out
+
+
+def _run(cmd: list[str], log_path: Path) -> tuple[int, str]:
+    """Run `cmd` offline, streaming its output to `log_path`; the exit code and the output's tail."""
+    env = dict(os.environ)
+    for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        env.setdefault(key, "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w", encoding="utf-8") as f:
+        f.write("$ " + " ".join(cmd) + "\n")
+        f.flush()
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, check=False)
+    lines = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    return proc.returncode, "\n".join(lines[-6:])
+
+
+def _cell_path(out: Path, model: str, task: str) -> Path:
+    return out / "paper_cells" / f"{model}__{task}.json"
+
+
+def _metric(values: dict[str, Any], name: str) -> float | None:
+    for key in (f"{name},none", name):
+        v = values.get(key)
+        if isinstance(v, (int, float)):
+            return float(v)
+    return None
+
+
+def run_lmms_cells(
+    out: Path,
+    model: str,
+    checkpoint: Path,
+    columns: tuple[Column, ...],
+    protocol: dict[str, Any],
+    *,
+    device: str = "cuda",
+    batch_size: int = 8,
+) -> None:
+    """Evaluate every missing (model, task) cell of `columns` with one lmms-eval CLI run."""
+    from paravt.eval.cli import paper_task_dir
+
+    todo = [c for c in columns if not _cell_path(out, model, c.task).is_file()]
+    if not todo:
+        return
+    run_dir = out / "lmms" / model
+    args = [f"pretrained={checkpoint}", *(f"{k}={v}" for k, v in protocol.items())]
+    args += [f"device={device}", f"traces={out / 'traces' / f'{model}.jsonl'}"]
+    cmd = [sys.executable, "-m", "lmms_eval", "--model", "paravt"]
+    cmd += ["--model_args", ",".join(args), "--tasks", ",".join(c.task for c in todo)]
+    cmd += ["--output_path", str(run_dir), "--batch_size", str(batch_size), "--log_samples"]
+    cmd += ["--include_path", str(paper_task_dir())]
+    log(f"{model}: lmms-eval on {', '.join(c.task for c in todo)}")
+    t0 = time.perf_counter()
+    log_path = out / "logs" / f"lmms_{model}.log"
+    code, tail = _run(cmd, log_path)
+    files = sorted(run_dir.rglob("*_results.json"), key=lambda p: p.stat().st_mtime)
+    if code != 0 or not files:  # lmms-eval can exit 0 without results
+        raise RuntimeError(f"lmms-eval for {model} failed (exit {code}); see {log_path}:\n{tail}")
+    results = json.loads(files[-1].read_text(encoding="utf-8"))
+    for c in todo:
+        values = results.get("results", {}).get(c.task)
+        if values is None:
+            raise RuntimeError(f"lmms-eval results for {model} have no task {c.task}")
+        metrics = {k.split(",")[0]: v for k, v in values.items() if isinstance(v, (int, float))}
+        cell = {
+            "model": model,
+            "task": c.task,
+            "metric": c.metric,
+            "value": _metric(values, c.metric),
+            "metrics": metrics,
+            "errored": int(metrics.get("errored", 0)),
+            "samples": results.get("n-samples", {}).get(c.task, {}).get("effective"),
+            "seconds": round(time.perf_counter() - t0, 1),
+        }
+        path = _cell_path(out, model, c.task)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(cell, indent=2) + "\n", encoding="utf-8")
+
+
+def run_paper_splits(out: Path, checkpoints: str | None, device: str) -> list[str]:
+    """Fill Table 1 for the given checkpoints; its markdown lines."""
+    ckpts = parse_checkpoints(checkpoints)
+    if not ckpts:
+        raise ValueError(
+            "--paper-splits needs --checkpoints stage=PATH,... (base, sft, grpo, para_grpo)"
+        )
+    mcq, grounding = PAPER_COLUMNS[:-1], PAPER_COLUMNS[-1:]
+    for stage, path in ckpts.items():
+        run_lmms_cells(out, stage, path, mcq, PAPER_PROTOCOL, device=device)
+        run_lmms_cells(out, stage, path, grounding, PAPER_GROUNDING_PROTOCOL, device=device)
+    return render_table1(out, list(ckpts))
+
+
+def render_table1(out: Path, models: list[str]) -> list[str]:
+    cols = [c.label for c in PAPER_COLUMNS]
+    lines = ["## Table 1: the paper's seven splits (percent; mIoU for Charades-STA)", ""]
+    lines += ["| Model | " + " | ".join(cols) + " | Avg |", "|---|" + "---|" * (len(cols) + 1)]
+    for model in models:
+        values: list[float | None] = []
+        for c in PAPER_COLUMNS:
+            path = _cell_path(out, model, c.task)
+            v = json.loads(path.read_text(encoding="utf-8"))["value"] if path.is_file() else None
+            values.append(None if v is None else (v * 100 if v <= 1 else v))
+        filled = [v for v in values if v is not None]
+        avg = f"{sum(filled) / len(filled):.1f}" if len(filled) == len(values) else "-"
+        cells = ["-" if v is None else f"{v:.1f}" for v in values]
+        lines.append(f"| {model} | " + " | ".join(cells) + f" | {avg} |")
+    for name, vals in PAPER_TABLE1.items():
+        cells = [f"{v:.1f}" for v in vals]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {sum(vals) / len(vals):.1f} |")
+    return [*lines, ""]

@@ -1,0 +1,153 @@
+"""From cells to Table 2 in miniature: per row and column the mean and spread over seeds.
+
+`Summary` holds every number the markdown, the chart and the results section use, per seed, so
+differences can be paired by seed (every arm of a seed starts from that seed's SFT checkpoint).
+The spread is the sample standard deviation over seeds (n - 1); with one seed it is not shown.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+LABELS = {
+    "base": "Tiny Qwen3-VL (untrained)",
+    "sft": "+ SFT cold start",
+    "grpo": "+ SFT + GRPO",
+    "para_grpo": "+ SFT + PARA-GRPO",
+    "anchoring_only": "+ Exploration Anchoring",
+    "gating_only": "+ nFrames Gating",
+    "no_tool_reward": "- Tool reward R_tool",
+    "no_gamma": "- Penalty term gamma",
+}
+BLOCK_A = ("base", "sft", "grpo", "para_grpo")
+BLOCK_B = ("grpo", "anchoring_only", "gating_only", "para_grpo", "no_tool_reward", "no_gamma")
+BLOCK_B_LABELS = {"grpo": "SFT + GRPO", "para_grpo": "Full PARA-GRPO"}
+
+
+@dataclass
+class Row:
+    """One model's numbers, one entry per seed (None where a cell is missing)."""
+
+    model: str
+    f_tau: list[float | None] = field(default_factory=list)
+    kappa: list[float | None] = field(default_factory=list)
+    accuracy: dict[int, list[float | None]] = field(default_factory=dict)  # K -> per seed
+    eval_calls: list[float | None] = field(default_factory=list)  # held-out calls/question
+    curves: list[dict[str, list[float]]] = field(default_factory=list)  # RL rows, per seed
+    settle_step: list[int | None] = field(default_factory=list)
+    train_seconds: list[float] = field(default_factory=list)
+
+    def avg_accuracy(self) -> list[float | None]:
+        """Per seed, the mean over the K columns (None unless every column is there)."""
+        out: list[float | None] = []
+        for values in zip(*self.accuracy.values()):
+            out.append(None if any(v is None for v in values) else sum(values) / len(values))  # type: ignore[arg-type]
+        return out
+
+
+@dataclass
+class Summary:
+    seeds: list[int]
+    budgets: list[int]
+    rows: dict[str, Row]
+    sequential: Row | None  # block C: the PARA-GRPO checkpoints with sequential dispatch
+    setup: dict[str, Any]
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        def row(r: Row) -> dict[str, Any]:
+            return {
+                "label": LABELS.get(r.model, r.model),
+                "f_tau": r.f_tau,
+                "kappa": r.kappa,
+                "accuracy": {f"K={k}": v for k, v in r.accuracy.items()},
+                "avg_accuracy": r.avg_accuracy(),
+                "eval_calls": r.eval_calls,
+                "settle_step": r.settle_step,
+                "train_seconds": r.train_seconds,
+                "curves": r.curves,
+            }
+
+        return {
+            "seeds": self.seeds,
+            "budgets": self.budgets,
+            "setup": self.setup,
+            "seconds": round(self.seconds, 1),
+            "rows": {name: row(r) for name, r in self.rows.items()},
+            "sequential": row(self.sequential) if self.sequential else None,
+        }
+
+
+def mean_sd(values: Sequence[float | None]) -> tuple[float | None, float | None]:
+    """Mean and sample standard deviation of the present values (sd None below two values)."""
+    xs = [v for v in values if v is not None and not math.isnan(v)]
+    if not xs:
+        return None, None
+    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else None)
+
+
+def fmt(values: Sequence[float | None], *, scale: float = 1.0, digits: int = 2) -> str:
+    """`mean ± sd` over seeds ('-' when nothing was measured)."""
+    m, sd = mean_sd(values)
+    if m is None:
+        return "-"
+    text = f"{m * scale:.{digits}f}"
+    return text + (f" ± {sd * scale:.{digits}f}" if sd is not None else "")
+
+
+def paired(a: Sequence[float | None], b: Sequence[float | None]) -> list[float]:
+    """Per-seed differences a - b, over the seeds where both were measured."""
+    return [x - y for x, y in zip(a, b) if x is not None and y is not None]
+
+
+def _table(summary: Summary, names: Sequence[str], labels: dict[str, str]) -> list[str]:
+    ks = summary.budgets
+    head = "| Setting | f_tau | kappa | " + " | ".join(f"acc K={k}" for k in ks) + " | acc avg |"
+    lines = [head, "|---|---|---|" + "---|" * (len(ks) + 1)]
+    for name in names:
+        r = summary.rows.get(name)
+        if r is None:
+            continue
+        accs = [fmt(r.accuracy.get(k, []), scale=100, digits=1) for k in ks]
+        lines.append(
+            f"| {labels.get(name, LABELS.get(name, name))} | {fmt(r.f_tau)} | {fmt(r.kappa)} | "
+            + " | ".join(accs)
+            + f" | {fmt(r.avg_accuracy(), scale=100, digits=1)} |"
+        )
+    return lines
+
+
+def render_tables(summary: Summary) -> list[str]:
+    """Table 2's three blocks as markdown lines."""
+    ks = summary.budgets
+    lines = ["### (A) Training stage", "", *_table(summary, BLOCK_A, {}), ""]
+    if any(n in summary.rows for n in ("anchoring_only", "gating_only")):
+        lines += ["### (B) Component effectiveness", ""]
+        lines += [*_table(summary, BLOCK_B, BLOCK_B_LABELS), ""]
+    par = summary.rows.get("para_grpo")
+    seq = summary.sequential
+    if par is not None and seq is not None:
+        lines += ["### (C) Dispatch mode (the same +SFT+PARA-GRPO checkpoints)", ""]
+        lines += [
+            "| Dispatch | calls / question | "
+            + " | ".join(f"acc K={k}" for k in ks)
+            + " | acc avg |",
+            "|---|---|" + "---|" * (len(ks) + 1),
+        ]
+        for name, r in (("Sequential tool calling", seq), ("Parallel tool calling", par)):
+            lines.append(
+                f"| {name} | {fmt(r.eval_calls)} | "
+                + " | ".join(fmt(r.accuracy.get(k, []), scale=100, digits=1) for k in ks)
+                + f" | {fmt(r.avg_accuracy(), scale=100, digits=1)} |"
+            )
+        diffs = [
+            fmt(paired(par.accuracy.get(k, []), seq.accuracy.get(k, [])), scale=100, digits=1)
+            for k in ks
+        ]
+        avg = fmt(paired(par.avg_accuracy(), seq.avg_accuracy()), scale=100, digits=1)
+        lines += [f"| parallel - sequential (paired by seed) | | {' | '.join(diffs)} | {avg} |", ""]
+    return lines

@@ -1,0 +1,165 @@
+"""Training cells of the miniature: the task data, and per seed the base model, the SFT cold start
+and one RL run per Table 2 arm, all through paravt-train (`paravt.train.miniature`).
+
+Each run writes `done.json` beside its `final/` when it finishes; a re-run with the same settings
+reuses it, a run without `done.json` (interrupted) is started again from scratch, and a finished
+run with other settings (steps) is an error naming the directory, never silently mixed in.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from paravt.eval.reproduce.config import ReproduceConfig
+from paravt.eval.reproduce.progress import log
+
+
+def _miniature() -> Any:
+    try:
+        import paravt.train.miniature as miniature
+    except ImportError as exc:
+        raise ImportError(
+            f"reproduce trains its checkpoints with paravt-train ({exc}); install it with "
+            "`pip install 'paravt-eval[train]'` (or `pip install -e packages/paravt-train`)"
+        ) from None
+    return miniature
+
+
+def arms_for(blocks: tuple[str, ...]) -> list[str]:
+    """The RL arms the blocks need: A the two stages, B its four components (with A's two as
+    reference rows), C the PARA-GRPO checkpoint."""
+    m = _miniature()
+    names: list[str] = []
+    if "A" in blocks or "B" in blocks:
+        names += ["grpo", "para_grpo"]
+    if "B" in blocks:
+        names += [a.name for a in m.ARMS.values() if a.block == "B"]
+    if "C" in blocks and "para_grpo" not in names:
+        names.append("para_grpo")
+    return names
+
+
+@dataclass
+class SeedRuns:
+    """Where one seed's checkpoints are, and how long each took to train."""
+
+    seed: int
+    base: Path
+    sft: Path
+    arms: dict[str, Path] = field(default_factory=dict)  # arm name -> final/
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def checkpoint(self, model: str) -> Path:
+        return {"base": self.base, "sft": self.sft, **self.arms}[model]
+
+
+def ensure_data(config: ReproduceConfig) -> Any:
+    """The miniature's videos and rows (`paravt.train.miniature.TaskData`), the same for every seed:
+    SFT traces at every budget the gate draws, RL prompts, `n_eval` held-out videos."""
+    m = _miniature()
+    root = config.out / "data"
+    log(
+        f"task data in {root} ({config.n_sft_videos} SFT / {config.n_rl_videos} RL / "
+        f"{config.n_eval} held-out videos)"
+    )
+    return m.make_task_data(
+        root,
+        sft_budgets=m.TABLE2_GATE,
+        n_sft=config.n_sft_videos,
+        n_rl=config.n_rl_videos,
+        n_eval=config.n_eval,
+    )
+
+
+def _finished(run: Path, settings: dict[str, Any]) -> float | None:
+    """Seconds the finished run in `run` took, None when it has not finished; raises when it
+    finished with other settings."""
+    marker = run / "done.json"
+    if not marker.is_file():
+        if run.exists():
+            log(f"{run}: unfinished (no done.json), training it again")
+            shutil.rmtree(run)
+        return None
+    done = json.loads(marker.read_text(encoding="utf-8"))
+    if done.get("settings") != settings:
+        raise ValueError(
+            f"{run} was trained with {done.get('settings')}, this run asks for {settings}; "
+            "use another --out or delete that directory"
+        )
+    return float(done.get("seconds", 0.0))
+
+
+def _mark_done(run: Path, settings: dict[str, Any], seconds: float) -> None:
+    (run / "done.json").write_text(
+        json.dumps({"settings": settings, "seconds": round(seconds, 1)}) + "\n", encoding="utf-8"
+    )
+
+
+def ensure_seed(config: ReproduceConfig, seed: int, data: Any, arms: list[str]) -> SeedRuns:
+    """Build the seed's base model, then train (or reuse) its SFT and RL runs."""
+    from paravt.core.tiny import build_tiny_qwen3vl
+
+    m = _miniature()
+    root = config.out / f"seed{seed}"
+    base = root / "base"
+    if not (base / "config.json").is_file():
+        log(
+            f"seed {seed}: building the untrained tiny Qwen3-VL (weights and tokenizer seed {seed})"
+        )
+        build_tiny_qwen3vl(base, seed=seed)
+    common = ["logging.progress=false", f"distributed.device={config.device}"]
+
+    sft_dir = root / "sft"
+    settings: dict[str, Any] = {"steps": config.sft_steps, "seed": seed}
+    runs = SeedRuns(seed, base, sft_dir / "final")
+    seconds = _finished(sft_dir, settings)
+    if seconds is None:
+        from paravt.train.sft import train_sft
+
+        recipe = m.sft_recipe(sft_dir, base, data, seed=seed, steps=config.sft_steps, extra=common)
+        log(f"seed {seed}: SFT cold start, {config.sft_steps} steps")
+        t0 = time.perf_counter()
+        train_sft(recipe)
+        seconds = time.perf_counter() - t0
+        _mark_done(sft_dir, settings, seconds)
+    runs.seconds["sft"] = seconds
+
+    for name in arms:
+        arm = m.ARMS[name]
+        run = root / name
+        settings = {"steps": config.rl_steps, "seed": seed, "arm": arm.describe()}
+        seconds = _finished(run, settings)
+        if seconds is None:
+            from paravt.train.rl import train_rl
+
+            recipe = m.rl_recipe(
+                run, runs.sft, data.rl, arm=arm, seed=seed, steps=config.rl_steps, extra=common
+            )
+            log(f"seed {seed}: RL arm {name} ({arm.describe()}), {config.rl_steps} steps")
+            t0 = time.perf_counter()
+            train_rl(recipe)
+            seconds = time.perf_counter() - t0
+            _mark_done(run, settings, seconds)
+        runs.arms[name] = run / "final"
+        runs.seconds[name] = seconds
+    return runs
+
+
+def rl_recipe_for_stats(config: ReproduceConfig, seed: int, init: Path, data: Any) -> Any:
+    """The full PARA-GRPO arm's recipe from `init`: what base and SFT rows' f_tau and kappa are
+    measured under (its gate, temperature, turns and reward), as its first training step sees them."""
+    m = _miniature()
+    return m.rl_recipe(
+        config.out / f"seed{seed}" / "stats",
+        init,
+        data.rl,
+        arm=m.ARMS["para_grpo"],
+        seed=seed,
+        steps=1,
+        extra=["logging.progress=false", f"distributed.device={config.device}"],
+    )
