@@ -236,10 +236,12 @@ def train_smoke(session: nox.Session) -> None:
 
 @nox.session
 def reproduce(session: nox.Session) -> None:
-    """Paper Table 1 / Table 2 layouts on the synthetic benchmark -> runs/reproduce/ (md, json, png).
+    """The paper's Table 2 in miniature -> runs/reproduce/ (tables.md, tables.json, curves.png).
 
-    Finished (model, task) cells are kept and skipped on a re-run; pass `paravt-eval reproduce`
-    flags after `--` (e.g. `-- --checkpoints base=...,para_grpo=...`).
+    3 seeds x (SFT + six RL arms), held-out accuracy at three overview budgets, a results section
+    per paper claim; finished runs and cells are reused, so an interrupted run continues. Pass
+    `paravt-eval reproduce` flags after `--` (e.g. `-- --blocks A,C` or `-- --quick`). One torch
+    thread: on a shared 2-core machine two processes with two OpenMP threads each slow down ~30x.
     """
     _install_workspace(session)
     out = ROOT / "runs" / "reproduce"
@@ -249,5 +251,5 @@ def reproduce(session: nox.Session) -> None:
         "--out",
         str(out),
         *session.posargs,
-        env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+        env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
     )
