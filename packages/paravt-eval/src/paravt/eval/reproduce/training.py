@@ -69,7 +69,7 @@ def ensure_data(config: ReproduceConfig) -> Any:
     )
     return m.make_task_data(
         root,
-        sft_budgets=m.TABLE2_GATE,
+        sft_budgets=m.TABLE2_SFT_K,
         n_sft=config.n_sft_videos,
         n_rl=config.n_rl_videos,
         n_eval=config.n_eval,
