@@ -76,29 +76,30 @@ def verdicts(s: Summary) -> list[Verdict]:
                 "every seed",
             )
         )
-    if have("grpo", "gating_only"):
-        g = rows["gating_only"]
-        assert grpo is not None
+    components = (
+        ("gating_only", "kappa", "nFrames Gating keeps tools in use", "0.02", "1.36", "gating", ""),
+        (
+            "anchoring_only",
+            "f_tau",
+            "Exploration Anchoring keeps the format under temperature",
+            "0.13",
+            "0.35",
+            "anchoring",
+            ". Each run's f_tau is its own training format reward; the anchored arms' includes "
+            "the anchor term",
+        ),
+    )
+    for name, key, claim, paper_grpo, paper_arm, part, note in components:
+        if grpo is None or name not in rows:
+            continue
+        arm_values, grpo_values = getattr(rows[name], key), getattr(grpo, key)
         out.append(
             Verdict(
-                "nFrames Gating keeps tools in use",
-                "kappa 0.02 (GRPO) -> 1.36 (+ gating)",
-                _sign_verdict(paired(g.kappa, grpo.kappa)),
-                f"kappa {fmt(grpo.kappa)} (GRPO) -> {fmt(g.kappa)} (+ gating): "
-                f"{_d(g.kappa, grpo.kappa)}",
-            )
-        )
-    if have("grpo", "anchoring_only"):
-        a = rows["anchoring_only"]
-        assert grpo is not None
-        out.append(
-            Verdict(
-                "Exploration Anchoring keeps the format under temperature",
-                "f_tau 0.13 (GRPO) -> 0.35 (+ anchoring)",
-                _sign_verdict(paired(a.f_tau, grpo.f_tau)),
-                f"f_tau {fmt(grpo.f_tau)} (GRPO) -> {fmt(a.f_tau)} (+ anchoring): "
-                f"{_d(a.f_tau, grpo.f_tau)}. Each run's f_tau is its own training format reward; "
-                "the anchored arms' includes the anchor term",
+                claim,
+                f"{key} {paper_grpo} (GRPO) -> {paper_arm} (+ {part})",
+                _sign_verdict(paired(arm_values, grpo_values)),
+                f"{key} {fmt(grpo_values)} (GRPO) -> {fmt(arm_values)} (+ {part}): "
+                f"{_d(arm_values, grpo_values)}{note}",
             )
         )
     if para is not None:
