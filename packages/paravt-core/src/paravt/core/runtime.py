@@ -701,5 +701,16 @@ async def _run_subagents(
 def run_episodes_sync(
     tasks: Sequence[AgentTask], engine: Engine, config: AgentConfig | None = None
 ) -> list[Episode]:
-    """`run_episodes` for callers without an event loop."""
-    return asyncio.run(run_episodes(tasks, engine, config))
+    """`run_episodes` for callers without an event loop.
+
+    The episodes come back through a list, not as the main task's result: on the main thread
+    `asyncio.run` restores its SIGINT handler through `signal.getsignal`, whose enum lookup of the
+    handler (a partial holding the finished task) formats the task's repr, result included, and
+    the repr of every episode (frames, token ids, tensors) costs ~20 ms per call."""
+    episodes: list[Episode] = []
+
+    async def run() -> None:
+        episodes.extend(await run_episodes(tasks, engine, config))
+
+    asyncio.run(run())
+    return episodes

@@ -15,7 +15,6 @@ Per step:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import shutil
@@ -29,7 +28,13 @@ import torch
 
 from paravt.core.prompts import build_main_prompt, render_frames
 from paravt.core.protocol import Message, TextPart
-from paravt.core.runtime import AgentConfig, AgentTask, Episode, SamplingParams, run_episodes
+from paravt.core.runtime import (
+    AgentConfig,
+    AgentTask,
+    Episode,
+    SamplingParams,
+    run_episodes_sync,
+)
 from paravt.train.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -151,23 +156,8 @@ def rollout(
             )
             per_episode.append(ex)
             budgets.append(k)
-    episodes = _run_episodes(tasks, engine, agent_config(recipe, seed=seed))
+    episodes = run_episodes_sync(tasks, engine, agent_config(recipe, seed=seed))
     return Rollouts(episodes, per_episode, budgets)
-
-
-def _run_episodes(tasks: list[AgentTask], engine: Any, config: AgentConfig) -> list[Episode]:
-    """`run_episodes` in a fresh event loop, as `run_episodes_sync` does, but with the episodes
-    handed back through a list rather than as the main task's result: on the main thread
-    `asyncio.run` restores its SIGINT handler through `signal.getsignal`, whose enum lookup of
-    the handler (a partial holding the finished task) formats the task's repr, result included,
-    and the repr of every episode (frames, token ids, tensors) cost ~20 ms a step."""
-    episodes: list[Episode] = []
-
-    async def run() -> None:
-        episodes.extend(await run_episodes(tasks, engine, config))
-
-    asyncio.run(run())
-    return episodes
 
 
 def score_rollouts(ro: Rollouts, reward_config: Any, recipe: RLRecipe) -> None:
