@@ -179,3 +179,17 @@ def test_paper_splits_run_the_paravt_paper_tasks_and_report_a_metric_each_task_d
         assert column.metric in metrics, (column.task, metrics)
     assert PAPER_PROTOCOL["protocol"] == PAPER_GROUNDING_PROTOCOL["protocol"] == "paper"
     assert PAPER_GROUNDING_PROTOCOL["prompt_mode"] == "agentic_minimal"
+
+
+def test_arms_right_and_wrong_on_the_same_questions_are_grouped() -> None:
+    from paravt.eval.reproduce.run import same_answers
+
+    answers = {
+        "sft": [1.0, 0.0],
+        "grpo": [1.0, 0.0],
+        "para_grpo": [1.0, 0.0],
+        "gating_only": [0.0, 1.0],
+        "no_gamma": [0.0, 1.0],
+        "anchoring_only": [1.0, 1.0],
+    }
+    assert same_answers(answers) == [["grpo", "para_grpo"], ["gating_only", "no_gamma"]]

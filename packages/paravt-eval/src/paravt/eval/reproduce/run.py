@@ -79,6 +79,7 @@ def run_reproduce(config: ReproduceConfig) -> ReproduceResult:
     sequential = Row("para_grpo_sequential") if "C" in config.blocks else None
     protocol_dir = out / "protocol"
     compute_s = 0.0  # training and measuring time of every run and cell, reused ones included
+    identical: dict[int, list[list[str]]] = {}  # seed -> arms with the same answer to every doc
     for seed in config.seeds:
         runs = ensure_seed(config, seed, data, arms)
         compute_s += sum(runs.seconds.values())
@@ -107,6 +108,7 @@ def run_reproduce(config: ReproduceConfig) -> ReproduceResult:
         ]
         if sequential is not None:
             targets.append((sequential, runs.checkpoint("para_grpo"), "sequential"))
+        answers: dict[str, list[float]] = {}
         for row, ckpt, dispatch in targets:
             protocol = protocol_source(ckpt, protocol_dir)
             calls = []
@@ -118,13 +120,20 @@ def run_reproduce(config: ReproduceConfig) -> ReproduceResult:
                 row.accuracy.setdefault(k, []).append(cell["accuracy"])
                 compute_s += cell.get("seconds", 0.0)
                 calls.append(cell["kappa"])
+                if row is not sequential:
+                    answers.setdefault(model, []).extend(cell["per_doc"])
             row.eval_calls.append(sum(calls) / len(calls))
+        identical[seed] = same_answers(answers)
     summary = Summary(
         seeds=list(config.seeds),
         budgets=list(config.eval_budgets),
         rows=rows,
         sequential=sequential,
-        setup={**_setup(config, len(docs)), "compute_minutes": round(compute_s / 60, 1)},
+        setup={
+            **_setup(config, len(docs)),
+            "compute_minutes": round(compute_s / 60, 1),
+            "identical_answers": identical,
+        },
         seconds=time.perf_counter() - t0,
     )
     md = out / "tables.md"
@@ -134,6 +143,16 @@ def run_reproduce(config: ReproduceConfig) -> ReproduceResult:
     chart = draw_chart(summary, out / "curves.png")
     log(f"wrote {md}, {js}, {chart}")
     return ReproduceResult(md, js, chart, summary)
+
+
+def same_answers(answers: dict[str, list[float]]) -> list[list[str]]:
+    """Groups of two or more RL arms whose per-document scores match on every held-out question
+    at every K (right and wrong on the same questions), so their differences in that seed are 0."""
+    groups: dict[tuple[float, ...], list[str]] = {}
+    for model, scores in answers.items():
+        if model not in ("base", "sft"):
+            groups.setdefault(tuple(scores), []).append(model)
+    return [g for g in groups.values() if len(g) > 1]
 
 
 def _setup(config: ReproduceConfig, n_docs: int) -> dict[str, Any]:
@@ -207,6 +226,18 @@ def render_report(s: Summary, config: ReproduceConfig) -> str:
             "RL steps until kappa settles (the 5-step moving average stays within 10% (at least "
             "0.1) of its final value), per seed: "
             + "; ".join(f"{name} {steps}" for name, steps in settle)
+            + ".",
+            "",
+        ]
+    same = {seed: g for seed, g in st.get("identical_answers", {}).items() if g}
+    if same:
+        lines += [
+            "Arms scoring the same on every held-out question at every K (right and wrong on "
+            "the same questions, so their paired differences in that seed are 0): "
+            + "; ".join(
+                f"seed {seed}: " + ", ".join("{" + ", ".join(g) + "}" for g in groups)
+                for seed, groups in same.items()
+            )
             + ".",
             "",
         ]
