@@ -153,12 +153,14 @@ def test_generate_runs_one_batched_model_call_for_all_trajectories(
         assert out.text == own_engine.decode(out.token_ids)
 
 
-def test_generate_runs_on_one_long_lived_thread_off_the_event_loop(
-    own_engine: HFEngine, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("inline", [False, True])
+def test_generate_runs_on_one_long_lived_thread_or_inline_on_the_callers(
+    own_engine: HFEngine, monkeypatch: pytest.MonkeyPatch, inline: bool
 ) -> None:
     """Every `generate` (from separate event loops, as the trainer runs one loop per step) runs on
-    the engine's own generation thread: never on the loop's thread, and the same thread each
-    time (a fresh thread per call made CPU generation ~1.6x slower)."""
+    the engine's own generation thread, the same thread each time (a fresh thread per call made
+    CPU generation ~1.6x slower), or with `inline` on the caller's thread (the CPU default: one
+    OpenMP thread team with the trainer's own torch work)."""
     import threading
 
     threads: list[threading.Thread] = []
@@ -168,6 +170,8 @@ def test_generate_runs_on_one_long_lived_thread_off_the_event_loop(
         threads.append(threading.current_thread())
         return original(trajectories, sampling)
 
+    assert own_engine.inline  # a CPU model: inline by default
+    monkeypatch.setattr(own_engine, "inline", inline)
     monkeypatch.setattr(own_engine, "generate_sync", recording)
     for _ in range(3):
         traj = _trajectory(own_engine, [Message("user", "hello")])
@@ -175,7 +179,7 @@ def test_generate_runs_on_one_long_lived_thread_off_the_event_loop(
         assert 1 <= len(out.token_ids) <= FAST.max_new_tokens
     assert len(threads) == 3
     assert len({id(t) for t in threads}) == 1
-    assert threads[0] is not threading.current_thread()
+    assert (threads[0] is threading.current_thread()) == inline
     assert threads[0].is_alive()
 
 
