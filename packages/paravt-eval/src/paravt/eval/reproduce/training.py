@@ -94,10 +94,13 @@ def _finished(run: Path, settings: dict[str, Any]) -> float | None:
     return float(done.get("seconds", 0.0))
 
 
-def _mark_done(run: Path, settings: dict[str, Any], seconds: float) -> None:
+def _mark_done(run: Path, settings: dict[str, Any], seconds: float) -> float:
+    """Write `done.json`; returns the seconds as recorded there (what a re-run reads back)."""
+    seconds = round(seconds, 1)
     (run / "done.json").write_text(
-        json.dumps({"settings": settings, "seconds": round(seconds, 1)}) + "\n", encoding="utf-8"
+        json.dumps({"settings": settings, "seconds": seconds}) + "\n", encoding="utf-8"
     )
+    return seconds
 
 
 def ensure_seed(config: ReproduceConfig, seed: int, data: Any, arms: list[str]) -> SeedRuns:
@@ -125,8 +128,7 @@ def ensure_seed(config: ReproduceConfig, seed: int, data: Any, arms: list[str]) 
         log(f"seed {seed}: SFT cold start, {config.sft_steps} steps")
         t0 = time.perf_counter()
         train_sft(recipe)
-        seconds = time.perf_counter() - t0
-        _mark_done(sft_dir, settings, seconds)
+        seconds = _mark_done(sft_dir, settings, time.perf_counter() - t0)
     runs.seconds["sft"] = seconds
 
     for name in arms:
@@ -143,8 +145,7 @@ def ensure_seed(config: ReproduceConfig, seed: int, data: Any, arms: list[str]) 
             log(f"seed {seed}: RL arm {name} ({arm.describe()}), {config.rl_steps} steps")
             t0 = time.perf_counter()
             train_rl(recipe)
-            seconds = time.perf_counter() - t0
-            _mark_done(run, settings, seconds)
+            seconds = _mark_done(run, settings, time.perf_counter() - t0)
         runs.arms[name] = run / "final"
         runs.seconds[name] = seconds
     return runs
