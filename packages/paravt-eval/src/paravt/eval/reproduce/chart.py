@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from paravt.eval.reproduce.tables import BLOCK_A, BLOCK_B, LABELS, Row, Summary, mean_sd
 
@@ -25,7 +26,7 @@ COLORS = {
 }
 
 
-def _band(ax: object, row: Row, key: str, label: str) -> None:  # pragma: no cover - drawing
+def _band(ax: Any, row: Row, key: str, label: str) -> None:
     curves = [c[key] for c in row.curves if c.get(key)]
     if not curves:
         return
@@ -33,9 +34,9 @@ def _band(ax: object, row: Row, key: str, label: str) -> None:  # pragma: no cov
     steps = list(range(1, n + 1))
     per_step = [[c[i] for c in curves] for i in range(n)]
     mean = [sum(v) / len(v) for v in per_step]
-    line = ax.plot(steps, mean, label=label, color=COLORS.get(row.model), lw=1.6)  # type: ignore[attr-defined]
+    line = ax.plot(steps, mean, label=label, color=COLORS.get(row.model), lw=1.6)
     if len(curves) > 1:
-        ax.fill_between(  # type: ignore[attr-defined]
+        ax.fill_between(
             steps,
             [min(v) for v in per_step],
             [max(v) for v in per_step],
@@ -44,19 +45,19 @@ def _band(ax: object, row: Row, key: str, label: str) -> None:  # pragma: no cov
         )
 
 
-def _flat(ax: object, row: Row, key: str, label: str, steps: int) -> None:  # pragma: no cover
+def _flat(ax: Any, row: Row, key: str, label: str, steps: int) -> None:
     values = [v for v in getattr(row, key) if v is not None]
     if not values or steps < 1:
         return
     m = sum(values) / len(values)
-    line = ax.plot([1, steps], [m, m], ls="--", lw=1.2, label=label, color=COLORS.get(row.model))  # type: ignore[attr-defined]
+    line = ax.plot([1, steps], [m, m], ls="--", lw=1.2, label=label, color=COLORS.get(row.model))
     if len(values) > 1:
-        ax.fill_between(  # type: ignore[attr-defined]
+        ax.fill_between(
             [1, steps], [min(values)] * 2, [max(values)] * 2, alpha=0.12, color=line[0].get_color()
         )
 
 
-def _bars(ax: object, s: Summary, names: Sequence[str], title: str) -> None:  # pragma: no cover
+def _bars(ax: Any, s: Summary, names: Sequence[str], title: str) -> None:
     rows = [(n, s.rows[n]) for n in names if n in s.rows]
     if s.sequential is not None and "para_grpo" in names and title.startswith("(A)"):
         rows.append(("sequential", s.sequential))
@@ -72,12 +73,12 @@ def _bars(ax: object, s: Summary, names: Sequence[str], title: str) -> None:  # 
             hi.append(max(vals, default=0.0) - (m or 0.0))
         xs = [j + i * width for j in range(len(ks))]
         label = "PARA-GRPO, sequential dispatch" if name == "sequential" else LABELS[name]
-        ax.bar(xs, means, width, yerr=[lo, hi], capsize=2, label=label, color=COLORS.get(name))  # type: ignore[attr-defined]
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(ks))], [f"K={k}" for k in ks])  # type: ignore[attr-defined]
-    ax.set_ylim(0, 105)  # type: ignore[attr-defined]
-    ax.set_ylabel("held-out accuracy, % (greedy)")  # type: ignore[attr-defined]
-    ax.set_title(title, fontsize=9)  # type: ignore[attr-defined]
-    ax.legend(fontsize=6, loc="upper right")  # type: ignore[attr-defined]
+        ax.bar(xs, means, width, yerr=[lo, hi], capsize=2, label=label, color=COLORS.get(name))
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(ks))], [f"K={k}" for k in ks])
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("held-out accuracy, % (greedy)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=6, loc="upper right")
 
 
 def draw_chart(s: Summary, path: Path) -> Path:
