@@ -98,10 +98,10 @@ def run_reproduce(config: ReproduceConfig) -> ReproduceResult:
             curves = training_curves(out / f"seed{seed}" / name)
             row = rows[name]
             row.curves.append(curves)
+            kappa = settled(curves["kappa"])
             row.f_tau.append(settled(curves["f_tau"]))
-            row.kappa.append(settled(curves["kappa"]))
-            final = settled(curves["kappa"])
-            row.settle_step.append(settle_step(curves["kappa"], max(0.1, 0.1 * abs(final))))
+            row.kappa.append(kappa)
+            row.settle_step.append(settle_step(curves["kappa"], max(0.1, 0.1 * abs(kappa))))
             row.train_seconds.append(runs.seconds[name])
         targets: list[tuple[Row, Path, str]] = [
             (rows[name], runs.checkpoint(name), "parallel") for name in rows
