@@ -302,13 +302,11 @@ class HFEngine(HFChatEncoder):
         eos_ids = eos if isinstance(eos, list) else ([eos] if eos is not None else [])
         super().__init__(processor, eos_token_ids=eos_ids)
         self._lock = threading.Lock()
-        # One long-lived thread runs every `generate`: generation leaves the event loop free, and
-        # on CPU a thread that stays alive is about 1.6x faster than a fresh one per call
-        # (`asyncio.to_thread` starts one per event loop; bench/bench_train.py measured 0.39 s vs
-        # 0.25 s for one 8 x 96-token batch on 2 cores). The thread exits with the engine.
-        self._generate_thread = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="paravt-hf-generate"
-        )
+        # Unless inline, one long-lived thread runs every `generate` (started on first use):
+        # generation leaves the event loop free, and a thread that stays alive is about 1.6x
+        # faster on CPU than a fresh one per call (`asyncio.to_thread` starts one per event loop;
+        # bench/bench_train.py measured 0.39 s vs 0.25 s for one 8 x 96-token batch on 2 cores).
+        self._generate_thread: ThreadPoolExecutor | None = None
         if inline is None:
             first = next(iter(self.model.parameters()), None)
             inline = first is None or first.device.type == "cpu"
@@ -330,6 +328,10 @@ class HFEngine(HFChatEncoder):
             return []
         if self.inline:
             return self.generate_sync(trajectories, sampling)
+        if self._generate_thread is None:
+            self._generate_thread = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="paravt-hf-generate"
+            )
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
             self._generate_thread, self.generate_sync, trajectories, sampling
