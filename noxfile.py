@@ -162,6 +162,9 @@ def bench(session: nox.Session) -> None:
 # integrations/with_<framework>/ driving that framework's own reward-calling code
 # (paravt.rewards.integrations.TESTED_VERSIONS and the README's "Tested with" must match the pins).
 # TRL (trl==1.16.0) is covered in the tests venv: packages/paravt-rewards/tests/test_trl_grpo.py.
+# CPU torch for the framework venvs: where a torch 2.13.0+cpu wheel is on pip's find-links (our CI
+# machines), pip takes it; elsewhere pip installs 2.13.0 from PyPI.
+INTEGRATIONS_TORCH = "torch==2.13.0"
 INTEGRATIONS: dict[str, list[list[str]]] = {
     # installed as a user would: `pip install verl==0.9.1` (its full requirements install on CPU)
     "verl": [["verl==0.9.1"]],
@@ -205,9 +208,12 @@ INTEGRATIONS: dict[str, list[list[str]]] = {
 @nox.parametrize("framework", list(INTEGRATIONS))
 def integrations(session: nox.Session, framework: str) -> None:
     """paravt-rewards inside verl, OpenRLHF and AReaL, each called by the framework's own code."""
-    session.install(CPU_STACK[0])  # torch only; no framework reward path needs torchvision
+    # torch only (no framework reward path needs torchvision): the CPU build, ~0.7 GB in the venv
+    # where the CUDA build of CPU_STACK takes ~6 GB; it is named in every install so that no
+    # framework requirement swaps it for a CUDA build.
+    session.install(INTEGRATIONS_TORCH)
     for args in INTEGRATIONS[framework]:
-        session.install(*args)
+        session.install(*args, INTEGRATIONS_TORCH)
     session.install("pytest>=8", "-e", "packages/paravt-core", "-e", "packages/paravt-rewards")
     session.run(
         "python",
