@@ -225,6 +225,55 @@ def test_a_server_on_other_weights_is_refused(server: Any) -> None:
     asyncio.run(engine.generate([prompt(engine, False)], SamplingParams(max_new_tokens=2)))
 
 
+def test_with_stale_versions_replies_from_recent_pushes_pass_and_older_ones_are_refused(
+    server: Any,
+) -> None:
+    """Asynchronous training: a rollout started before the last push(es) may end after them."""
+    engine = engine_for(server, stale_versions=1)
+    engine.expected_weight_version = "default"  # what the stand-in serves
+    engine.expected_weight_version = "step-1"
+    assert engine.accepted_weight_versions == ("default", "step-1")
+    asyncio.run(engine.generate([prompt(engine, False)], SamplingParams(max_new_tokens=2)))
+    engine.expected_weight_version = "step-2"  # 'default' is now two pushes old
+    assert engine.accepted_weight_versions == ("step-1", "step-2")
+    with pytest.raises(StaleWeightsError, match=r"'default'.*'step-2' \(or 'step-1'\)"):
+        asyncio.run(engine.generate([prompt(engine, False)], SamplingParams(max_new_tokens=2)))
+    with pytest.raises(ValueError, match="stale_versions"):
+        engine_for(server, stale_versions=-1)
+
+
+def test_a_push_with_pause_waits_for_no_request_and_wraps_only_the_load(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    import threading
+
+    srv = _start(tiny_model_path)
+    try:
+        engine = engine_for(srv)
+        state = {n: t.clone() for n, t in srv.fake.engine.model.state_dict().items()}
+        engine.push_weights_from_disk(state.items(), tmp_path / "w", "step-1", pause="retract")
+        kinds = [e["event"] for e in srv.fake.events[1:]]
+        assert kinds == ["pause_generation", "update_weights_from_disk", "continue_generation"]
+        assert srv.fake.events[1]["mode"] == "retract"
+        # paused: a request waits (it does not fail) until generation continues
+        engine.pause_generation("in_place")
+        done = threading.Event()
+
+        def one() -> None:
+            asyncio.run(engine.generate([prompt(engine, False)], SamplingParams(max_new_tokens=2)))
+            done.set()
+
+        thread = threading.Thread(target=one, daemon=True)
+        thread.start()
+        assert not done.wait(1.0)
+        engine.continue_generation()
+        assert done.wait(60)
+        with pytest.raises(ValueError, match="pause mode"):
+            engine.pause_generation("later")
+    finally:
+        srv.shutdown()
+
+
 def test_a_dead_server_is_named_after_bounded_retries_not_a_hang(server: Any) -> None:
     with socket_closed_port() as port:
         dead = f"http://127.0.0.1:{port}"

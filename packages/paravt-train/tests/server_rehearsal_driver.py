@@ -1,7 +1,7 @@
 """Run by test_server_rehearsal.py under torchrun: RL steps whose rollouts go to an SGLang-API
 server (`python -m paravt.core.fake_sglang`), weights pushed from rank 0 after every step.
 
-usage: torchrun --nproc_per_node 2 server_rehearsal_driver.py MODEL OUT URL STEPS
+usage: torchrun --nproc_per_node 2 server_rehearsal_driver.py MODEL OUT URL STEPS [OVERRIDE ...]
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ class AlternateScripted:
 if __name__ == "__main__":
     torch.set_num_threads(1)
     model, out, url, steps = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+    extra = sys.argv[5:]  # recipe overrides after the defaults below
     recipe = load_recipe(
         "tiny_paragrpo",
         [
@@ -83,6 +84,7 @@ if __name__ == "__main__":
             f"checkpoint.keep_last={steps}",
             "checkpoint.save_final=false",
             "logging.progress=false",
+            *extra,
         ],
     )
     exs, frames = examples()

@@ -39,10 +39,23 @@ def test_reference_paragrpo_recipe_carries_the_paper_settings() -> None:
     assert r.gating.enabled and r.gating.choices == (4, 8, 16, 32, 64)
     assert r.distributed.strategy == "fsdp2" and r.rollout.engine == "sglang_server"
     assert r.rollout.server.urls == ["http://127.0.0.1:30000"] and r.rollout.server.verify_sync
+    # asynchronous as the reference (AReaL max_head_offpolicyness: 2), with the decoupled loss
+    assert r.rollout.max_staleness == 2 and r.loss.decoupled
     vanilla = load_recipe("vanilla_grpo_8b")
     assert isinstance(vanilla, RLRecipe)
     assert not vanilla.gating.enabled and not vanilla.rollout.think_prefix
     assert vanilla.reward.build().lambda_anchor == 0.0
+
+
+def test_asynchronous_rollouts_need_servers_apart_from_training_and_the_decoupled_loss() -> None:
+    with pytest.raises(RecipeError, match=r"needs rollout\.engine=sglang_server"):
+        load_recipe("tiny_paragrpo", ["rollout.max_staleness=1", "loss.decoupled=true"])
+    with pytest.raises(RecipeError, match=r"cannot run with rollout\.server\.colocate=true"):
+        load_recipe("paragrpo_8b", ["rollout.server.colocate=true"])
+    with pytest.raises(RecipeError, match=r"needs loss\.decoupled=true"):
+        load_recipe("paragrpo_8b", ["loss.decoupled=false"])
+    sync = load_recipe("paragrpo_8b", ["rollout.max_staleness=0", "rollout.server.colocate=true"])
+    assert isinstance(sync, RLRecipe) and sync.rollout.server.colocate
 
 
 def test_overrides_set_nested_keys_with_yaml_typed_values() -> None:

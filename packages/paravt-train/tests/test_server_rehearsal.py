@@ -51,9 +51,10 @@ def start_server(model: Path, tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
     return proc, url
 
 
-def trainers(model: Path, out: Path, url: str, steps: int) -> list[str]:
+def trainers(model: Path, out: Path, url: str, steps: int, *overrides: str) -> list[str]:
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
-    return [torchrun, "--nproc_per_node", "2", str(DRIVER), str(model), str(out), url, str(steps)]
+    cmd = [torchrun, "--nproc_per_node", "2", str(DRIVER), str(model), str(out), url, str(steps)]
+    return cmd + list(overrides)
 
 
 def probe_logprobs(model: Path, weights: Path | None, ids: list[int]) -> list[float]:
@@ -114,6 +115,52 @@ def test_three_rl_steps_through_the_server_push_weights_it_then_generates_with(
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert all(r["sync/logprob_max_abs_diff"] < 1e-4 for r in rows)  # the in-run check agrees
     assert len(list((out / "rollout_weights").iterdir())) == 1  # older versions removed
+
+
+@pytest.mark.slow
+def test_asynchronous_rollouts_run_ahead_of_training_within_the_staleness_bound(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    """rollout.max_staleness=1 (the reference trains with 2): each rank's next step generates
+    while this one trains; the server pauses around every weight load; still no hang, and the
+    server's weights after each push are the trainer's."""
+    server, url = start_server(tiny_model_path, tmp_path)
+    out = tmp_path / "run"
+    overrides = ["rollout.max_staleness=1", "rollout.server.colocate=false", "loss.decoupled=true"]
+    try:
+        done = subprocess.run(
+            trainers(tiny_model_path, out, url, 4, *overrides),
+            env=_env(),
+            capture_output=True,
+            timeout=BOUND_S,
+        )
+        assert done.returncode == 0, done.stderr.decode()[-5000:]
+        events: list[dict[str, Any]] = httpx.get(url + "/fake/events").json()
+        generated: dict[str, int] = httpx.get(url + "/fake/generated").json()
+    finally:
+        server.kill()
+        server.wait()
+
+    import json
+
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    staleness = [r["rollout/staleness"] for r in rows]
+    assert all(0 <= s <= 1 for s in staleness), staleness
+    assert staleness[0] == 0 and max(staleness) == 1, staleness  # later steps ran ahead
+    assert all(r["sync/logprob_max_abs_diff"] < 1e-4 for r in rows)
+    # every load is wrapped in a pause (rollout.server.pause_mode: retract)
+    kinds = [e["event"] for e in events[1:]]
+    assert kinds == ["pause_generation", "update_weights_from_disk", "continue_generation"] * 5
+    assert {e["mode"] for e in events if e["event"] == "pause_generation"} == {"retract"}
+    updates = [e for e in events if e["event"] == "update_weights_from_disk"]
+    assert [u["weight_version"] for u in updates] == [f"step-{k}" for k in range(5)]
+    assert set(generated) <= {"step-0", "step-1", "step-2", "step-3"}
+    ids = events[0]["probe_ids"]
+    for update, k in zip(updates[1:], (1, 2, 3, 4)):
+        ckpt = out / "checkpoints" / f"step-{k:06d}" / "model.safetensors"
+        trainer_lp = probe_logprobs(tiny_model_path, ckpt, ids)
+        assert update["probe_logprobs"] == pytest.approx(trainer_lp, abs=1e-4), k
 
 
 @pytest.mark.slow

@@ -9,13 +9,16 @@ It serves `GET /health`, `GET /get_model_info`, `GET /get_weight_version`, `POST
 /update_weights_from_disk` (safetensors under `model_path`, tagged `weight_version`), `POST
 /flush_cache`, `POST /release_memory_occupation`, `POST /resume_memory_occupation`, and
 `POST /init_weights_update_group` + `POST /update_weights_from_distributed` over a gloo group
-(NCCL needs GPUs); replies use SGLang's field names. `GET /fake/events` returns what it was asked to do (weight updates with their
+(NCCL needs GPUs), `POST /pause_generation` (`mode`) and `POST /continue_generation`; replies use
+SGLang's field names. As in SGLang, a weight update waits for the generations in flight and holds
+new ones back, so a reply's `weight_version` names the weights that generated it. `GET /fake/events` returns what it was asked to do (weight updates with their
 versions and the log-probs of a fixed probe sequence right after each load, memory release/resume)
 and `GET /fake/generated` the generation requests served per weight version, for tests.
 
 Differences from SGLang, on purpose: image pads are expanded from the image grid directly (SGLang
 decodes the ids to text and re-tokenizes); one request is generated at a time (no continuous
-batching); weight-update groups on gloo only (formed by `WeightUpdateGroup.create`, which mirrors
+batching); a pause lets the requests in flight finish (SGLang's 'retract' and 'in_place' stop them
+between tokens); weight-update groups on gloo only (formed by `WeightUpdateGroup.create`, which mirrors
 SGLang's `init_custom_process_group`). It is for tests and CPU rehearsals, not for serving.
 """
 
@@ -29,6 +32,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -53,6 +57,12 @@ class FakeSGLang:
         self.events: list[dict[str, Any]] = []
         self.generated_by_version: dict[str, int] = {}
         self.lock = threading.Lock()
+        # SGLang's model-update lock: a weight update waits for the generations in flight and
+        # holds new ones back; /pause_generation holds new ones back until /continue_generation.
+        self.state = threading.Condition()
+        self.active = 0
+        self.paused = False
+        self.updating = False
         self.requests = 0
         self.groups: dict[str, Any] = {}  # weight-update process groups by name (gloo only)
         # A fixed sequence scored after every weight load: tests compare it with the trainer's.
@@ -116,7 +126,52 @@ class FakeSGLang:
         return traj
 
     def generate(self, body: dict[str, Any]) -> dict[str, Any]:
-        """One `/generate` reply in SGLang's shape."""
+        """One `/generate` reply in SGLang's shape: generated with one weight version, the one
+        its `meta_info.weight_version` names (no update runs while it is in flight)."""
+        with self.state:
+            self.state.wait_for(lambda: not (self.paused or self.updating))
+            self.active += 1
+        try:
+            return self._generate(body)
+        finally:
+            with self.state:
+                self.active -= 1
+                self.state.notify_all()
+
+    @contextlib.contextmanager
+    def weight_update(self) -> Iterator[None]:
+        """Exclusive access for a weight load: waits for the generations in flight."""
+        with self.state:
+            self.state.wait_for(lambda: self.active == 0 and not self.updating)
+            self.updating = True
+        try:
+            yield
+        finally:
+            with self.state:
+                self.updating = False
+                self.state.notify_all()
+
+    def pause_generation(self, body: dict[str, Any]) -> dict[str, Any]:
+        """`/pause_generation`: new generations wait until `/continue_generation`. SGLang's
+        'retract' and 'in_place' stop running requests between tokens; this stand-in lets the
+        ones in flight finish first (its generation is one call)."""
+        mode = body.get("mode", "abort")
+        if mode not in ("abort", "retract", "in_place"):
+            raise ValueError(f"Invalid mode: {mode!r}. Expected one of abort, retract, in_place")
+        with self.state:
+            self.paused = True
+            self.state.wait_for(lambda: self.active == 0)
+        self.events.append({"event": "pause_generation", "mode": mode, "time": time.time()})
+        return {"success": True, "message": ""}
+
+    def continue_generation(self, body: dict[str, Any]) -> dict[str, Any]:
+        with self.state:
+            self.paused = False
+            self.state.notify_all()
+        self.events.append({"event": "continue_generation", "time": time.time()})
+        return {"success": True, "message": ""}
+
+    def _generate(self, body: dict[str, Any]) -> dict[str, Any]:
         import torch
 
         from paravt.core.runtime import SamplingParams
@@ -199,11 +254,11 @@ class FakeSGLang:
         unknown = sorted(set(state) - set(own))
         if unknown:
             return {"success": False, "message": f"unknown parameter names: {unknown[:5]}"}
-        with self.engine._lock:
+        with self.weight_update(), self.engine._lock:
             missing, _ = self.engine.model.load_state_dict(state, strict=False)
-        version = body.get("weight_version")
-        if version is not None:
-            self.weight_version = str(version)
+            version = body.get("weight_version")
+            if version is not None:
+                self.weight_version = str(version)
         self.events.append(
             {
                 "event": "update_weights_from_disk",
@@ -257,10 +312,10 @@ class FakeSGLang:
         unknown = sorted(set(state) - set(own))
         if unknown:
             return {"success": False, "message": f"unknown parameter names: {unknown[:5]}"}
-        with self.engine._lock:
+        with self.weight_update(), self.engine._lock:
             self.engine.model.load_state_dict(state, strict=False)
-        if body.get("weight_version") is not None:
-            self.weight_version = str(body["weight_version"])
+            if body.get("weight_version") is not None:
+                self.weight_version = str(body["weight_version"])
         self.events.append(
             {
                 "event": "update_weights_from_distributed",
@@ -333,6 +388,8 @@ def make_handler(fake: FakeSGLang) -> type[BaseHTTPRequestHandler]:
                 elif self.path in (
                     "/init_weights_update_group",
                     "/update_weights_from_distributed",
+                    "/pause_generation",
+                    "/continue_generation",
                 ):
                     reply = getattr(fake, self.path.strip("/"))(body)
                     self._send(200 if reply["success"] else 400, reply)

@@ -293,6 +293,14 @@ class SGLangServerSpec(_Strict):
     retries: int = Field(3, ge=0, description="Extra attempts on connection errors and 5xx.")
     backoff_s: float = Field(0.5, ge=0, description="First wait between attempts (doubles).")
     max_in_flight: int = Field(256, ge=1, description="Requests open at once per trainer rank.")
+    pause_mode: Literal["retract", "in_place", "drain"] = Field(
+        "retract",
+        description="With rollout.max_staleness > 0, how the servers treat requests in flight "
+        "while rank 0 pushes weights: 'retract' / 'in_place': POST /pause_generation with that "
+        "mode, push, POST /continue_generation (requests go on with the new weights; each token "
+        "keeps the log-prob of the weights that sampled it); 'drain': SGLang's default, the "
+        "update waits until the requests in flight finish and holds new ones back.",
+    )
     verify_sync: bool = Field(
         False,
         description="After every push, compare the servers' log-probs of a fixed sequence with the "
@@ -311,6 +319,15 @@ class RolloutSpec(_Strict):
         "async",
         description="'async': every episode moves on its own (generate -> calls -> sub-agents -> "
         "next turn); 'lockstep': all episodes of a rank advance turn by turn together.",
+    )
+    max_staleness: int = Field(
+        0,
+        ge=0,
+        description="Asynchronous RL (the reference's AReaL max_head_offpolicyness, 2 there): "
+        "the servers generate a step's episodes while the trainer still trains the steps "
+        "before it, with weights at most this many optimiser steps older than the ones that "
+        "train on them; the decoupled loss corrects for it. 0: synchronous. Needs "
+        "engine=sglang_server (not colocated) and loss.decoupled.",
     )
     batch_prompts: int = Field(7, ge=1, description="Prompts per step (over all ranks).")
     group_size: int = Field(8, ge=1, description="Rollouts per prompt (the GRPO group).")
@@ -342,6 +359,18 @@ class RolloutSpec(_Strict):
                 "rollout.engine=sglang_server needs rollout.server.urls, e.g. "
                 "rollout.server.urls=[http://127.0.0.1:30000] (start the server with "
                 "python -m sglang.launch_server; see paravt-train's README, Launch)"
+            )
+        if self.max_staleness and self.engine != "sglang_server":
+            raise ValueError(
+                f"rollout.max_staleness={self.max_staleness} needs rollout.engine=sglang_server: "
+                "the in-process engine generates with the very weights being trained; set "
+                "rollout.max_staleness=0 or use rollout servers"
+            )
+        if self.max_staleness and self.server.colocate:
+            raise ValueError(
+                f"rollout.max_staleness={self.max_staleness} cannot run with "
+                "rollout.server.colocate=true: colocated servers give their memory to the update, "
+                "so nothing can generate meanwhile; set rollout.max_staleness=0"
             )
         return self
 
@@ -433,6 +462,15 @@ class RLRecipe(_RecipeBase):
     reward: RewardSpec = Field(default_factory=RewardSpec)
     advantage: AdvantageSpec = Field(default_factory=AdvantageSpec)
     loss: LossSpec = Field(default_factory=LossSpec)
+
+    @model_validator(mode="after")
+    def _staleness_needs_decoupled_loss(self) -> RLRecipe:
+        if self.rollout.max_staleness and not self.loss.decoupled:
+            raise ValueError(
+                f"rollout.max_staleness={self.rollout.max_staleness} needs loss.decoupled=true: "
+                "tokens sampled by older weights need the behaviour importance weight"
+            )
+        return self
 
 
 Recipe = Annotated[SFTRecipe | RLRecipe, Field(discriminator="stage")]

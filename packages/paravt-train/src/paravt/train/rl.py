@@ -11,6 +11,10 @@ Per step:
    trajectories and (with `include_subagents_in_loss`) the sub-agent trajectories, which carry
    their episode's advantage;
 6. metrics.jsonl row, progress bar, checkpoint every N steps.
+
+With `rollout.max_staleness > 0` (SGLang servers only) steps 1-3 of later steps run ahead on a
+`paravt.train.producer.RolloutProducer` while this step trains: rollouts may come from weights up
+to that many steps old, which the decoupled loss corrects for (the reference trains this way).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import shutil
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,6 +38,7 @@ from paravt.core.runtime import (
     AgentTask,
     Episode,
     SamplingParams,
+    run_episodes,
     run_episodes_sync,
 )
 from paravt.train.checkpoint import (
@@ -62,6 +68,7 @@ from paravt.train.modeling import (
     pick_dtype,
     token_logprobs,
 )
+from paravt.train.producer import RolloutProducer
 from paravt.train.protocol import save_trained_protocol
 from paravt.train.recipe import RLRecipe
 from paravt.train.sft import save_final, seed_everything
@@ -143,6 +150,15 @@ def rollout(
     seed: int | None,
 ) -> Rollouts:
     """`group_size` agent episodes per example (consecutive), with gated overview budgets."""
+    tasks, per_episode, budgets = rollout_tasks(examples, frames, gate, recipe, epoch=epoch)
+    episodes = run_episodes_sync(tasks, engine, agent_config(recipe, seed=seed))
+    return Rollouts(episodes, per_episode, budgets)
+
+
+def rollout_tasks(
+    examples: Sequence[Any], frames: Any, gate: Any, recipe: RLRecipe, *, epoch: int
+) -> tuple[list[AgentTask], list[Any], list[int]]:
+    """The agent tasks of `rollout` (overviews decoded), each episode's example and budget."""
     tasks: list[AgentTask] = []
     per_episode: list[Any] = []
     budgets: list[int] = []
@@ -156,8 +172,7 @@ def rollout(
             )
             per_episode.append(ex)
             budgets.append(k)
-    episodes = run_episodes_sync(tasks, engine, agent_config(recipe, seed=seed))
-    return Rollouts(episodes, per_episode, budgets)
+    return tasks, per_episode, budgets
 
 
 def score_rollouts(ro: Rollouts, reward_config: Any, recipe: RLRecipe) -> None:
@@ -478,6 +493,7 @@ class PolicyEngine:
         step: int = 0,
     ) -> None:
         self.kind = recipe.rollout.engine
+        self.max_staleness = recipe.rollout.max_staleness
         self.backend = backend
         self.replica: Any = None
         self.step = step
@@ -506,6 +522,11 @@ class PolicyEngine:
                 retries=spec.retries,
                 backoff_s=spec.backoff_s,
                 max_in_flight=spec.max_in_flight,
+                # asynchronous: a reply may come from the max_staleness versions before the last
+                # push, or from the one being pushed (announced below before the push)
+                stale_versions=recipe.rollout.max_staleness + 1
+                if recipe.rollout.max_staleness
+                else 0,
             )
             engine.health()  # every rank: fail fast, naming the servers that do not answer
             return engine
@@ -552,6 +573,13 @@ class PolicyEngine:
             buckets = self.backend.iter_full_state(bucket_bytes=bucket_bytes, device=self.device)
         else:
             buckets = self.backend.iter_full_state(bucket_bytes=bucket_bytes, device="cpu")
+        # Asynchronous training: rollouts are in flight; the servers pause around the load so it
+        # does not wait for them (pause_mode 'drain': it does, SGLang's default). Every rank
+        # announces the version before rank 0 can push it (the gather below is collective), so a
+        # reply generated with it in the meantime is expected.
+        pause = spec.pause_mode if self.max_staleness and spec.pause_mode != "drain" else None
+        if self.max_staleness:
+            self.engine.expected_weight_version = version
         if _is_rank0():
             if spec.colocate:
                 self.engine.resume_memory()
@@ -562,7 +590,7 @@ class PolicyEngine:
                         spec.master_address, spec.master_port, server_ranks=spec.server_ranks
                     )
                 self.engine.push_weights_distributed(
-                    named, version, self.weight_group, bucket_bytes=bucket_bytes
+                    named, version, self.weight_group, bucket_bytes=bucket_bytes, pause=pause
                 )
             else:
                 configs = [
@@ -571,7 +599,7 @@ class PolicyEngine:
                     if (self.model_path / f).is_file()
                 ]
                 target = self.engine.push_weights_from_disk(
-                    named, self.weight_dir, version, config_files=configs
+                    named, self.weight_dir, version, config_files=configs, pause=pause
                 )
                 for old in self.weight_dir.iterdir():  # only the version the servers hold stays
                     if old != target and old.name.startswith("step-"):
@@ -724,67 +752,127 @@ def train_rl(
     pad_id, image_id = policy.engine.pad_token_id, policy.engine.image_token_id
     filler = filler_sequence(policy.engine) if world > 1 else None
 
-    for step in range(start + 1, recipe.max_steps + 1):
-        t0 = time.perf_counter()
-        epoch = order.epoch
-        picked = order.take(recipe.rollout.batch_prompts)[rank * per_rank : (rank + 1) * per_rank]
-        batch_examples = [rows[i] for i in picked]
+    # Which prompts each step trains on, in step order; the data state before each step is kept
+    # so a checkpoint resumes exactly even when later steps were prepared ahead.
+    order_before: dict[int, dict[str, int]] = {}
+    plan_lock = threading.Lock()
+
+    def plan(step: int) -> tuple[int, list[Any], int]:
+        with plan_lock:
+            order_before[step] = order.state()
+            epoch = order.epoch
+            picked = order.take(recipe.rollout.batch_prompts)
+        picked = picked[rank * per_rank : (rank + 1) * per_rank]
         seed = (recipe.seed * 1_000_003 + step * 7919 + rank * 104_729) % 2**31
-        ro = rollout(batch_examples, engine, frames, gate, recipe, epoch=epoch, seed=seed)
-        t1 = time.perf_counter()
-        score_rollouts(ro, reward_config, recipe)
-        seqs = training_sequences(ro, recipe, policy.engine, reward_config)
-        t2 = time.perf_counter()
-        metrics = episode_metrics(ro)
-        policy.before_update()
-        metrics.update(
-            update(
-                backend,
-                ref_model,
-                seqs,
-                recipe,
-                pad_id=pad_id,
-                image_id=image_id,
-                device=device,
-                filler=filler,
+        return epoch, [rows[i] for i in picked], seed
+
+    def data_state_after(step: int) -> dict[str, int]:
+        """The data state a resume at `step + 1` starts from."""
+        with plan_lock:
+            for done in [k for k in order_before if k <= step]:
+                del order_before[done]
+            return order_before.get(step + 1) or order.state()
+
+    producer: RolloutProducer[Any, Any] | None = None
+    if recipe.rollout.max_staleness:
+
+        def prepare(step: int) -> tuple[int, int, list[AgentTask], list[Any], list[int]]:
+            epoch, batch_examples, seed = plan(step)
+            tasks, per_ep, budgets = rollout_tasks(
+                batch_examples, frames, gate, recipe, epoch=epoch
             )
+            return epoch, seed, tasks, per_ep, budgets
+
+        async def generate(prepared: tuple[Any, ...]) -> list[Any]:
+            _, seed, tasks, _, _ = prepared
+            return await run_episodes(tasks, engine, agent_config(recipe, seed=seed))
+
+        producer = RolloutProducer(
+            prepare,
+            generate,
+            first=start + 1,
+            last=recipe.max_steps,
+            max_staleness=recipe.rollout.max_staleness,
+            version=start,
         )
-        metrics.update(policy.sync())
-        t3 = time.perf_counter()
-        generated = sum(s.num_generated for ep in ro.episodes for s in [ep.main, *ep.subagents])
-        metrics.update(
-            {
-                "time/rollout_s": t1 - t0,
-                "time/reward_s": t2 - t1,
-                "time/update_s": t3 - t2,
-                "time/step_s": t3 - t0,
-                "tokens/generated": float(generated),
-                "throughput/generated_tokens_per_s": generated / max(t3 - t0, 1e-9),
-            }
+        log.info(
+            "asynchronous rollouts: up to %d steps ahead of training", recipe.rollout.max_staleness
         )
-        metrics = all_reduce_mean(metrics)
-        metrics["lr"] = backend.lr
-        metrics["epoch"] = epoch
-        logger.log(
-            step,
-            metrics,
-            bar={
-                "reward": metrics["reward/total"],
-                "f_tau": metrics["f_tau"],
-                "kappa": metrics["kappa"],
-            },
-        )
-        if on_step is not None:
-            on_step(step, backend, metrics, ro)
-        if recipe.checkpoint.every_steps and step % recipe.checkpoint.every_steps == 0:
-            save_checkpoint(
-                out,
+    try:
+        for step in range(start + 1, recipe.max_steps + 1):
+            t0 = time.perf_counter()
+            async_metrics: dict[str, float] = {}
+            if producer is None:
+                epoch, batch_examples, seed = plan(step)
+                ro = rollout(batch_examples, engine, frames, gate, recipe, epoch=epoch, seed=seed)
+            else:
+                got = producer.take(step)
+                epoch, _, _, per_ep, budgets = got.prepared
+                ro = Rollouts(got.result, per_ep, budgets)
+                async_metrics = {
+                    "rollout/staleness": float(got.staleness),
+                    "time/rollout_generate_s": got.ended_at - got.started_at,
+                }
+            t1 = time.perf_counter()
+            score_rollouts(ro, reward_config, recipe)
+            seqs = training_sequences(ro, recipe, policy.engine, reward_config)
+            t2 = time.perf_counter()
+            metrics = episode_metrics(ro)
+            policy.before_update()
+            metrics.update(
+                update(
+                    backend,
+                    ref_model,
+                    seqs,
+                    recipe,
+                    pad_id=pad_id,
+                    image_id=image_id,
+                    device=device,
+                    filler=filler,
+                )
+            )
+            metrics.update(policy.sync())
+            if producer is not None:
+                producer.set_version(policy.step)  # later steps may start on these weights
+            t3 = time.perf_counter()
+            generated = sum(s.num_generated for ep in ro.episodes for s in [ep.main, *ep.subagents])
+            metrics.update(
+                {
+                    "time/rollout_s": t1 - t0,
+                    "time/reward_s": t2 - t1,
+                    "time/update_s": t3 - t2,
+                    "time/step_s": t3 - t0,
+                    "tokens/generated": float(generated),
+                    "throughput/generated_tokens_per_s": generated / max(t3 - t0, 1e-9),
+                    **async_metrics,
+                }
+            )
+            metrics = all_reduce_mean(metrics)
+            metrics["lr"] = backend.lr
+            metrics["epoch"] = epoch
+            logger.log(
                 step,
-                backend,
-                processor,
-                data_state=order.state(),
-                keep_last=recipe.checkpoint.keep_last,
+                metrics,
+                bar={
+                    "reward": metrics["reward/total"],
+                    "f_tau": metrics["f_tau"],
+                    "kappa": metrics["kappa"],
+                },
             )
+            if on_step is not None:
+                on_step(step, backend, metrics, ro)
+            if recipe.checkpoint.every_steps and step % recipe.checkpoint.every_steps == 0:
+                save_checkpoint(
+                    out,
+                    step,
+                    backend,
+                    processor,
+                    data_state=data_state_after(step),
+                    keep_last=recipe.checkpoint.keep_last,
+                )
+    finally:
+        if producer is not None:
+            producer.close()
     logger.close()
     final = out / "final"
     if recipe.checkpoint.save_final:

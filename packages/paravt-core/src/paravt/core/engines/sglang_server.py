@@ -45,6 +45,7 @@ that SGLang's `init_custom_process_group` rendezvous matches `WeightUpdateGroup`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -141,7 +142,8 @@ class SGLangServerEngine(HFChatEncoder):
     connection. `retries`: extra attempts on connection errors and 5xx answers, waiting
     `backoff_s`, 2x, 4x ... between them. `max_in_flight`: requests open at once from this process.
     `check_weight_version`: raise `StaleWeightsError` when a reply's weight version is not the one
-    last pushed. `send_seed`: send `SamplingParams.seed` as `sampling_seed` (SGLang honours it only
+    last pushed, or one of the `stale_versions` pushed before it (asynchronous training with bounded
+    staleness: a rollout started before a push may end after it). `send_seed`: send `SamplingParams.seed` as `sampling_seed` (SGLang honours it only
     with `--enable-deterministic-inference`; older servers reject the key). `transport`,
     `sync_transport`: httpx transports for the async and sync clients (tests).
     """
@@ -162,6 +164,7 @@ class SGLangServerEngine(HFChatEncoder):
         max_in_flight: int = 256,
         image_format: str = "png",
         check_weight_version: bool = True,
+        stale_versions: int = 0,
         send_seed: bool = False,
         transport: Any = None,
         sync_transport: Any = None,
@@ -172,6 +175,8 @@ class SGLangServerEngine(HFChatEncoder):
             raise ValueError("retries and backoff_s must be >= 0")
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
+        if stale_versions < 0:
+            raise ValueError(f"stale_versions must be >= 0, got {stale_versions}")
         self.urls = _as_urls(urls)
         self.weight_urls = _as_urls(weight_urls) if weight_urls is not None else list(self.urls)
         super().__init__(processor, eos_token_ids=eos_token_ids, keep_images=True)
@@ -182,7 +187,8 @@ class SGLangServerEngine(HFChatEncoder):
         self.max_in_flight = max_in_flight
         self.image_format = image_format
         self.check_weight_version = check_weight_version
-        self.expected_weight_version: str | None = None
+        self.stale_versions = stale_versions
+        self._versions: list[str] = []  # the versions pushed, newest last (stale_versions + 1)
         self.prompt_token_mismatches = 0
         self.send_seed = send_seed
         self._transport = transport
@@ -285,8 +291,27 @@ class SGLangServerEngine(HFChatEncoder):
         finish = "length" if reason == "length" else "stop"
         return Generated(self.decode(ids), ids, logprobs, finish)  # type: ignore[arg-type]
 
+    @property
+    def expected_weight_version(self) -> str | None:
+        """The weight version last pushed (set by the push methods, or by a trainer rank that
+        did not push itself); None until the first push."""
+        return self._versions[-1] if self._versions else None
+
+    @expected_weight_version.setter
+    def expected_weight_version(self, version: str | None) -> None:
+        if version is None:
+            self._versions = []
+        elif not self._versions or self._versions[-1] != str(version):
+            self._versions = [*self._versions, str(version)][-(self.stale_versions + 1) :]
+
+    @property
+    def accepted_weight_versions(self) -> tuple[str, ...]:
+        """The versions a reply may carry: the last pushed and the `stale_versions` before it."""
+        return tuple(self._versions)
+
     def check_version(self, meta: dict[str, Any], url: str) -> None:
-        """Raise `StaleWeightsError` when `meta["weight_version"]` is not the version last pushed."""
+        """Raise `StaleWeightsError` when `meta["weight_version"]` is not the version last pushed
+        (nor one of the `stale_versions` before it)."""
         if not self.check_weight_version or self.expected_weight_version is None:
             return
         got = meta.get("weight_version")
@@ -295,11 +320,14 @@ class SGLangServerEngine(HFChatEncoder):
                 f"{url} reports no weight_version; this needs an SGLang that returns "
                 "meta_info.weight_version (>= 0.5), or check_weight_version=False"
             )
-        if str(got) != self.expected_weight_version:
+        if str(got) not in self._versions:
+            accepted = f" (or {', '.join(map(repr, self._versions[:-1]))})" * (
+                len(self._versions) > 1
+            )
             raise StaleWeightsError(
                 f"{url} generated with weight version {got!r}, but the trainer last pushed "
-                f"{self.expected_weight_version!r}: the weight update did not reach this server "
-                "(list every server in weight_urls when a router is in front of them)"
+                f"{self.expected_weight_version!r}{accepted}: the weight update did not reach "
+                "this server (list every server in weight_urls when a router is in front of them)"
             )
 
     # ------------------------------------------------------------------------------------ HTTP
@@ -502,6 +530,21 @@ class SGLangServerEngine(HFChatEncoder):
         """`POST /resume_memory_occupation`: take the released memory back before generating."""
         self._post_all("/resume_memory_occupation", {"tags": list(tags)} if tags else {})
 
+    def pause_generation(self, mode: str = "retract") -> None:
+        """`POST /pause_generation` on every weight URL: the servers stop generating ('retract':
+        running requests go back to the waiting queue and are recomputed after
+        `continue_generation`; 'in_place': they keep their KV cache; 'abort': they end with
+        finish reason abort). A weight update while paused does not wait for the requests in
+        flight; they continue on the new weights, each token's log-prob from the weights that
+        sampled it."""
+        if mode not in ("retract", "in_place", "abort"):
+            raise ValueError(f"pause mode must be retract, in_place or abort, got {mode!r}")
+        self._post_all("/pause_generation", {"mode": mode})
+
+    def continue_generation(self) -> None:
+        """`POST /continue_generation` on every weight URL (after `pause_generation`)."""
+        self._post_all("/continue_generation", {})
+
     # ------------------------------------------------------------------------------ weight sync
 
     def push_weights_from_disk(
@@ -513,13 +556,16 @@ class SGLangServerEngine(HFChatEncoder):
         shard_bytes: int = 2 << 30,
         config_files: Sequence[str | Path] = (),
         load_format: str | None = None,
+        pause: str | None = None,
     ) -> Path:
         """Save `(name, tensor)` pairs (checkpoint names) as safetensors shards of about
         `shard_bytes` (written as they fill, one in memory at a time) under `directory/<version>/` (with the `config_files` copied beside them),
         then ask every weight URL to load them (`/update_weights_from_disk`) as `version`.
 
         `directory` must be readable by the servers under the same path (a shared or local disk).
-        On success `expected_weight_version` becomes `version`. Returns the checkpoint directory.
+        `pause` ('retract' / 'in_place'): pause generation around the load only, so it does not
+        wait for requests in flight (see `pause_generation`). On success `expected_weight_version`
+        becomes `version`. Returns the checkpoint directory.
         """
         import shutil
 
@@ -553,9 +599,21 @@ class SGLangServerEngine(HFChatEncoder):
         body: dict[str, Any] = {"model_path": str(target), "weight_version": version}
         if load_format:
             body["load_format"] = load_format
-        self._post_all("/update_weights_from_disk", body)
+        with self._paused(pause):
+            self._post_all("/update_weights_from_disk", body)
         self.expected_weight_version = version
         return target
+
+    @contextlib.contextmanager
+    def _paused(self, mode: str | None) -> Iterator[None]:
+        if mode is None:
+            yield
+            return
+        self.pause_generation(mode)
+        try:
+            yield
+        finally:
+            self.continue_generation()
 
     def push_weights_distributed(
         self,
@@ -565,13 +623,27 @@ class SGLangServerEngine(HFChatEncoder):
         *,
         bucket_bytes: int = 1 << 30,
         group_name: str = "weight_update_group",
+        pause: str | None = None,
     ) -> int:
         """Broadcast `(name, tensor)` pairs from this process (rank 0 of `group`, see
         `init_weight_update_group`) to the servers, one `/update_weights_from_distributed` request
         per bucket of about `bucket_bytes` (names, dtypes, shapes), the last one flushing the
         cache and tagging `version`; at most two buckets are held at once. Tensors must live on
-        the group's device. Tested on gloo against the stand-in only. Returns the number of
-        tensors sent."""
+        the group's device. `pause`: as in `push_weights_from_disk`, from the first bucket to the
+        last. Tested on gloo against the stand-in only. Returns the number of tensors sent."""
+        with self._paused(pause):
+            sent = self._push_distributed(named_tensors, version, group, bucket_bytes, group_name)
+        self.expected_weight_version = str(version)
+        return sent
+
+    def _push_distributed(
+        self,
+        named_tensors: Iterable[tuple[str, Any]],
+        version: str,
+        group: Any,
+        bucket_bytes: int,
+        group_name: str,
+    ) -> int:
         import threading
 
         sent = 0
@@ -609,7 +681,6 @@ class SGLangServerEngine(HFChatEncoder):
                 raise errors[0]
         if not sent:
             raise ValueError("push_weights_distributed: no tensors to send")
-        self.expected_weight_version = str(version)
         return sent
 
     def init_weight_update_group(
