@@ -18,6 +18,15 @@ max_new_tokens), sub-agent lengths lognormal (median 120, sigma 0.6, 10..512), c
 lognormal (median 0.6 s, sigma 0.5). All times are scaled by TIME_SCALE (1/50) so a run takes
 seconds; the ratio does not depend on the scale.
 
+Then whole training runs (STEPS steps, the 7 ranks as threads): every step the ranks meet (the
+update is collective), train for TRAIN_S, rank 0 pushes the weights for PUSH_S with the server
+paused (requests in flight make no progress meanwhile), and the ranks meet again. Synchronous
+modes generate a step only after the previous push; `max_staleness` N runs each rank's rollouts
+on `paravt.train.producer.RolloutProducer` (the trainer's own class), so step s generates while
+steps s-N..s-1 train, on weights up to N versions old (the reference trains with N = 2). Twice:
+rollouts only (TRAIN_S = PUSH_S = 0: what the rollout side can deliver) and with 60 s training +
+10 s push per step (a guess for 8B on 7 GPUs; the reference reports ~250 s per step in all).
+
 Writes bench/results/rollout.json and prints a table (with the load average).
 """
 
@@ -30,6 +39,7 @@ import os
 import platform
 import random
 import statistics
+import threading
 import time
 import zlib
 from collections.abc import Sequence
@@ -50,6 +60,7 @@ from paravt.core import (
 )
 from paravt.core.runtime import Generated
 from paravt.core.testing import END_OF_TURN, ScriptedEngine, StaticToolbox
+from paravt.train.producer import RolloutProducer
 
 RESULTS = Path(__file__).parent / "results" / "rollout.json"
 PROMPTS, GROUP, MAX_TURNS, MAX_CALLS = 7, 8, 3, 5
@@ -126,6 +137,20 @@ class SimServer(ScriptedEngine):
     requests: int = 0
     tokens: int = 0
     calls: list[int] = field(default_factory=list)
+    # weight loads: (start, end) in perf_counter seconds; running requests make no progress then
+    pauses: list[tuple[float, float]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def pause_for(self, seconds: float) -> None:
+        """A weight load of `seconds` (scaled) with generation paused, as rank 0's push."""
+        now = time.perf_counter()
+        with self.lock:
+            self.pauses.append((now, now + seconds))
+        time.sleep(seconds)
+
+    def _paused_within(self, start: float, end: float) -> float:
+        with self.lock:
+            return sum(max(0.0, min(b, end) - max(a, start)) for a, b in self.pauses)
 
     async def _one(self, traj: Trajectory) -> Generated:
         episode = _episode_of(traj)
@@ -136,21 +161,30 @@ class SimServer(ScriptedEngine):
         else:
             text = self.plan.subagent(episode, traj.turn or 0, traj.call_index or 0)
             prefill = 0.1
-        self.open_requests += 1
-        t_token = 0.015 + 0.00015 * self.open_requests
+        with self.lock:
+            self.open_requests += 1
+            t_token = 0.015 + 0.00015 * self.open_requests
+        started = time.perf_counter()
         try:
             await asyncio.sleep((prefill + len(text) * t_token) * TIME_SCALE)
+            credited = 0.0  # time spent paused (a weight load) is added on
+            while (paused := self._paused_within(started, time.perf_counter())) > credited:
+                await asyncio.sleep(paused - credited)
+                credited = paused
         finally:
-            self.open_requests -= 1
+            with self.lock:
+                self.open_requests -= 1
         ids = [ord(c) for c in text]
-        self.requests += 1
-        self.tokens += len(ids)
+        with self.lock:
+            self.requests += 1
+            self.tokens += len(ids)
         return Generated(text, ids, [-0.5] * len(ids), "stop")
 
     async def generate(
         self, trajectories: Sequence[Trajectory], sampling: SamplingParams
     ) -> list[Generated]:
-        self.calls.append(len(trajectories))
+        with self.lock:
+            self.calls.append(len(trajectories))
         return list(await asyncio.gather(*(self._one(t) for t in trajectories)))
 
 
@@ -188,11 +222,11 @@ def critical_path_s(plan: Plan) -> float:
     return worst
 
 
-def tasks(plan: Plan) -> list[AgentTask]:
+def tasks(plan: Plan, prompts: Sequence[int] = range(PROMPTS), step: int = 0) -> list[AgentTask]:
     out = []
-    for p in range(PROMPTS):
+    for p in prompts:
         for g in range(GROUP):
-            key = f"p{p}g{g}"
+            key = f"s{step}p{p}g{g}" if step else f"p{p}g{g}"
             question = f"Q={key} what happens?"
             msgs = build_main_prompt(question, [Frame("ov", 5.0)], duration_s=60.0)
             box = SimToolbox(duration_s=60.0, plan=plan, episode=key)
@@ -280,19 +314,148 @@ def measure(sigma: float, ranks: int = PROMPTS) -> dict[str, object]:
     }
 
 
+# Training, as the trainer runs it: every step the 7 ranks meet (the update is collective), train
+# for TRAIN_S, rank 0 pushes the weights for SYNC_S (the servers paused), all meet again.
+STEPS = 8  # enough that filling and draining the pipeline do not dominate
+TRAINING = {
+    "rollouts only (train 0 s, push 0 s)": (0.0, 0.0),
+    "train 60 s + push 10 s": (60.0, 10.0),
+}
+MODES = {  # name: (episode schedule, max_staleness)
+    "lockstep, synchronous": ("lockstep", 0),
+    "async episodes, synchronous": ("async", 0),
+    "async episodes, max_staleness 1": ("async", 1),
+    "async episodes, max_staleness 2 (reference)": ("async", 2),
+}
+
+
+def training_run(
+    schedule: str, max_staleness: int, seed: int, train_s: float, sync_s: float
+) -> dict[str, float]:
+    """STEPS trainer steps on PROMPTS rank threads against one simulated server; synchronous
+    ranks generate each step after the previous push, the others through `RolloutProducer`."""
+    plan = Plan(seed, 0.8)
+    server = SimServer(lambda t: "", plan=plan)
+    config = AgentConfig(
+        max_turns=MAX_TURNS,
+        max_parallel=MAX_CALLS,
+        schedule=schedule,  # type: ignore[arg-type]
+        sampling=SamplingParams(max_new_tokens=4096),
+        subagent_sampling=SamplingParams(max_new_tokens=1024),
+    )
+    meet = threading.Barrier(PROMPTS)
+    staleness: list[int] = []
+    errors: list[BaseException] = []
+
+    def train_and_push(rank: int) -> None:
+        meet.wait()
+        time.sleep(train_s * TIME_SCALE)
+        if rank == 0:
+            server.pause_for(sync_s * TIME_SCALE)
+        meet.wait()
+
+    def rank_loop(rank: int) -> None:
+        try:
+            if not max_staleness:
+                for step in range(1, STEPS + 1):
+                    asyncio.run(run_episodes(tasks(plan, [rank], step), server, config))
+                    train_and_push(rank)
+                return
+            with RolloutProducer(
+                lambda step: tasks(plan, [rank], step),
+                lambda ts: run_episodes(ts, server, config),
+                first=1,
+                last=STEPS,
+                max_staleness=max_staleness,
+                version=0,
+            ) as producer:
+                for step in range(1, STEPS + 1):
+                    got = producer.take(step)
+                    staleness.append(got.staleness)
+                    train_and_push(rank)
+                    producer.set_version(step)
+        except BaseException as exc:  # reported by the caller
+            errors.append(exc)
+            meet.abort()
+
+    threads = [threading.Thread(target=rank_loop, args=(r,)) for r in range(PROMPTS)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    episodes = PROMPTS * GROUP * STEPS
+    return {
+        "wall_s_unscaled": wall / TIME_SCALE,
+        "step_s_unscaled": wall / TIME_SCALE / STEPS,
+        "episodes_per_s_unscaled": episodes / (wall / TIME_SCALE),
+        "generated_tokens": server.tokens,
+        "requests": server.requests,
+        "staleness_mean": statistics.mean(staleness) if staleness else 0.0,
+        "staleness_max": max(staleness) if staleness else 0,
+    }
+
+
+def measure_training(train_s: float, sync_s: float) -> dict[str, object]:
+    runs = {
+        name: [training_run(sched, eta, seed, train_s, sync_s) for seed in SEEDS]
+        for name, (sched, eta) in MODES.items()
+    }
+    base = runs["lockstep, synchronous"]
+    for rs in runs.values():  # the same episodes in every mode
+        assert [r["generated_tokens"] for r in rs] == [r["generated_tokens"] for r in base]
+    out: dict[str, object] = {"train_s": train_s, "push_s": sync_s, "steps": STEPS, "modes": {}}
+    for name, rs in runs.items():
+        ratios = [
+            r["episodes_per_s_unscaled"] / b["episodes_per_s_unscaled"] for r, b in zip(rs, base)
+        ]
+        out["modes"][name] = {  # type: ignore[index]
+            "runs": rs,
+            "step_s_unscaled_mean": statistics.mean(r["step_s_unscaled"] for r in rs),
+            "episodes_per_s_unscaled_mean": statistics.mean(
+                r["episodes_per_s_unscaled"] for r in rs
+            ),
+            "staleness_mean": statistics.mean(r["staleness_mean"] for r in rs),
+            "ratio_over_lockstep": {
+                "per_seed": ratios,
+                "mean": statistics.mean(ratios),
+                "min": min(ratios),
+            },
+        }
+    return out
+
+
 def main() -> None:
     load_start = os.getloadavg()
     spreads = {name: measure(sigma) for name, sigma in SPREADS.items()}
     one_runtime = measure(0.8, ranks=1)
-    headline = next(iter(spreads.values()))
+    training = {name: measure_training(*ts) for name, ts in TRAINING.items()}
+    headline_training = training["rollouts only (train 0 s, push 0 s)"]["modes"][  # type: ignore[index]
+        "async episodes, max_staleness 2 (reference)"
+    ]
     result = {
         "benchmark": "rollout",
-        "what": "episodes per second of one 8B-recipe trainer step (7 prompts x 8 rollouts) on a "
-        "simulated continuously batching server: lockstep vs asynchronous episodes",
-        "assumptions": ASSUMPTIONS,
+        "what": "episodes per second of 8B-recipe training (7 trainer ranks x 1 prompt x 8 "
+        "rollouts per step) on a simulated continuously batching server: lockstep episodes and "
+        "synchronous steps vs asynchronous episodes and rollouts running ahead of training",
+        "assumptions": {
+            **ASSUMPTIONS,
+            "training": "per step: all ranks meet, train TRAIN_S, rank 0 pushes for PUSH_S with "
+            "the server paused (requests in flight make no progress), all meet again; "
+            f"{STEPS} steps per run",
+        },
         "seeds": list(SEEDS),
-        "headline": next(iter(spreads)),
-        "ratio_async_over_lockstep": headline["ratio_async_over_lockstep"],
+        "headline": "async episodes, max_staleness 2 (reference) vs lockstep, synchronous; "
+        "rollouts only (see training for 60 s train + 10 s push per step)",
+        "ratio_async_over_lockstep": headline_training["ratio_over_lockstep"],
+        "per_step_headline": next(iter(spreads)),
+        "per_step_ratio_async_episodes_over_lockstep": next(iter(spreads.values()))[
+            "ratio_async_over_lockstep"
+        ],
+        "training": training,
         "spreads": spreads,
         "one_runtime_for_all_56_episodes": one_runtime,
         "goal": "async >= 2x lockstep",
@@ -326,6 +489,20 @@ def main() -> None:
         "(unscaled seconds; bound = the slowest episode's own chain at an idle server: no schedule "
         "finishes sooner, so lockstep / bound is the most any schedule could gain)"
     )
+    print()
+    print(f"training, {STEPS} steps (unscaled s per step; episodes/s over lockstep, synchronous)")
+    print(f"{'mode':<46}" + "".join(f"{name:>40}" for name in TRAINING))
+    for mode in MODES:
+        cells = []
+        for t in training.values():
+            m = t["modes"][mode]  # type: ignore[index]
+            r = m["ratio_over_lockstep"]
+            cells.append(
+                f"{m['step_s_unscaled_mean']:>8.1f} s/step  {r['mean']:>5.2f}x (min {r['min']:.2f})"
+                f" st {m['staleness_mean']:.1f}"
+            )
+        print(f"{mode:<46}" + "".join(f"{c:>40}" for c in cells))
+    print("(st: mean staleness, weight versions between a step's rollouts and its update)")
     print(f"load average start {load_start}, end {os.getloadavg()} ({os.cpu_count()} CPUs)")
     print(f"wrote {RESULTS}")
 
