@@ -234,18 +234,23 @@ def tasks(plan: Plan, prompts: Sequence[int] = range(PROMPTS), step: int = 0) ->
     return out
 
 
-def one_run(schedule: str, seed: int, sigma: float, ranks: int = PROMPTS) -> dict[str, float]:
-    """One trainer step: `ranks` runtimes (one per trainer rank, each with its share of the
-    episodes, all running at once) against one shared server; the step ends with the last rank."""
-    plan = Plan(seed, sigma)
-    server = SimServer(lambda t: "", plan=plan)
-    config = AgentConfig(
+def agent_config(schedule: str) -> AgentConfig:
+    """The 8B recipes' agent settings, with `schedule`."""
+    return AgentConfig(
         max_turns=MAX_TURNS,
         max_parallel=MAX_CALLS,
         schedule=schedule,  # type: ignore[arg-type]
         sampling=SamplingParams(max_new_tokens=4096),
         subagent_sampling=SamplingParams(max_new_tokens=1024),
     )
+
+
+def one_run(schedule: str, seed: int, sigma: float, ranks: int = PROMPTS) -> dict[str, float]:
+    """One trainer step: `ranks` runtimes (one per trainer rank, each with its share of the
+    episodes, all running at once) against one shared server; the step ends with the last rank."""
+    plan = Plan(seed, sigma)
+    server = SimServer(lambda t: "", plan=plan)
+    config = agent_config(schedule)
     everything = tasks(plan)
     share = len(everything) // ranks
     groups = [everything[r * share : (r + 1) * share] for r in range(ranks)]
@@ -336,13 +341,7 @@ def training_run(
     ranks generate each step after the previous push, the others through `RolloutProducer`."""
     plan = Plan(seed, 0.8)
     server = SimServer(lambda t: "", plan=plan)
-    config = AgentConfig(
-        max_turns=MAX_TURNS,
-        max_parallel=MAX_CALLS,
-        schedule=schedule,  # type: ignore[arg-type]
-        sampling=SamplingParams(max_new_tokens=4096),
-        subagent_sampling=SamplingParams(max_new_tokens=1024),
-    )
+    config = agent_config(schedule)
     meet = threading.Barrier(PROMPTS)
     staleness: list[int] = []
     errors: list[BaseException] = []

@@ -426,3 +426,17 @@ def test_distributed_weight_push_broadcasts_bucket_by_bucket_and_tags_the_last(
     finally:
         server.kill()
         server.wait()
+
+
+def test_requests_sent_together_are_generated_as_one_batch_by_the_stand_in(server: Any) -> None:
+    engine = engine_for(server)
+    before = len(server.fake.batcher.batches)
+    trajs = [prompt(engine, False) for _ in range(6)]
+    out = asyncio.run(engine.generate(trajs, SamplingParams(max_new_tokens=3, temperature=0.0)))
+    assert [len(o.token_ids) for o in out] == [3] * 6
+    sizes = server.fake.batcher.batches[before:]
+    assert sum(sizes) == 6 and max(sizes) > 1, sizes
+    alone = asyncio.run(
+        engine.generate(trajs[:1], SamplingParams(max_new_tokens=3, temperature=0.0))
+    )
+    assert alone[0].token_ids == out[0].token_ids  # greedy: the batch changes nothing

@@ -57,6 +57,26 @@ def trainers(model: Path, out: Path, url: str, steps: int, *overrides: str) -> l
     return cmd + list(overrides)
 
 
+def train_through_a_server(
+    model: Path, tmp: Path, out: Path, steps: int, *overrides: str
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """`steps` RL steps of two torchrun trainers against a fresh stand-in server; what the server
+    was asked to do (`/fake/events`) and the generations it served per weight version."""
+    server, url = start_server(model, tmp)
+    try:
+        done = subprocess.run(
+            trainers(model, out, url, steps, *overrides),
+            env=_env(),
+            capture_output=True,
+            timeout=BOUND_S,
+        )
+        assert done.returncode == 0, done.stderr.decode()[-5000:]
+        return httpx.get(url + "/fake/events").json(), httpx.get(url + "/fake/generated").json()
+    finally:
+        server.kill()
+        server.wait()
+
+
 def probe_logprobs(model: Path, weights: Path | None, ids: list[int]) -> list[float]:
     """The trainer's log-probs of `ids` with the model's weights replaced by `weights`."""
     from safetensors.torch import load_file
@@ -75,18 +95,8 @@ def probe_logprobs(model: Path, weights: Path | None, ids: list[int]) -> list[fl
 def test_three_rl_steps_through_the_server_push_weights_it_then_generates_with(
     tiny_model_path: Path, tmp_path: Path
 ) -> None:
-    server, url = start_server(tiny_model_path, tmp_path)
     out = tmp_path / "run"
-    try:
-        done = subprocess.run(
-            trainers(tiny_model_path, out, url, 3), env=_env(), capture_output=True, timeout=BOUND_S
-        )
-        assert done.returncode == 0, done.stderr.decode()[-5000:]
-        events: list[dict[str, Any]] = httpx.get(url + "/fake/events").json()
-        generated: dict[str, int] = httpx.get(url + "/fake/generated").json()
-    finally:
-        server.kill()
-        server.wait()
+    events, generated = train_through_a_server(tiny_model_path, tmp_path, out, 3)
 
     updates = [e for e in events if e["event"] == "update_weights_from_disk"]
     assert [u["weight_version"] for u in updates] == ["step-0", "step-1", "step-2", "step-3"]
@@ -124,22 +134,9 @@ def test_asynchronous_rollouts_run_ahead_of_training_within_the_staleness_bound(
     """rollout.max_staleness=1 (the reference trains with 2): each rank's next step generates
     while this one trains; the server pauses around every weight load; still no hang, and the
     server's weights after each push are the trainer's."""
-    server, url = start_server(tiny_model_path, tmp_path)
     out = tmp_path / "run"
     overrides = ["rollout.max_staleness=1", "rollout.server.colocate=false", "loss.decoupled=true"]
-    try:
-        done = subprocess.run(
-            trainers(tiny_model_path, out, url, 4, *overrides),
-            env=_env(),
-            capture_output=True,
-            timeout=BOUND_S,
-        )
-        assert done.returncode == 0, done.stderr.decode()[-5000:]
-        events: list[dict[str, Any]] = httpx.get(url + "/fake/events").json()
-        generated: dict[str, int] = httpx.get(url + "/fake/generated").json()
-    finally:
-        server.kill()
-        server.wait()
+    events, generated = train_through_a_server(tiny_model_path, tmp_path, out, 4, *overrides)
 
     import json
 

@@ -16,8 +16,9 @@ versions and the log-probs of a fixed probe sequence right after each load, memo
 and `GET /fake/generated` the generation requests served per weight version, for tests.
 
 Differences from SGLang, on purpose: image pads are expanded from the image grid directly (SGLang
-decodes the ids to text and re-tokenizes); one request is generated at a time (no continuous
-batching); a pause lets the requests in flight finish (SGLang's 'retract' and 'in_place' stop them
+decodes the ids to text and re-tokenizes); no continuous batching (requests that arrive within
+5 ms of each other with the same sampling settings run as one batch, which ends with its longest
+generation); a pause lets the requests in flight finish (SGLang's 'retract' and 'in_place' stop them
 between tokens); weight-update groups on gloo only (formed by `WeightUpdateGroup.create`, which mirrors
 SGLang's `init_custom_process_group`). It is for tests and CPU rehearsals, not for serving.
 """
@@ -26,13 +27,14 @@ from __future__ import annotations
 
 import argparse
 import base64
+import concurrent.futures
 import contextlib
 import io
 import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,7 @@ class FakeSGLang:
         self.paused = False
         self.updating = False
         self.requests = 0
+        self.batcher = Batcher(self._generate_batch)
         self.groups: dict[str, Any] = {}  # weight-update process groups by name (gloo only)
         # A fixed sequence scored after every weight load: tests compare it with the trainer's.
         ids = self.engine.tokenizer(self.PROBE_TEXT, add_special_tokens=False)["input_ids"]
@@ -172,8 +175,6 @@ class FakeSGLang:
         return {"success": True, "message": ""}
 
     def _generate(self, body: dict[str, Any]) -> dict[str, Any]:
-        import torch
-
         from paravt.core.runtime import SamplingParams
 
         if self.released:
@@ -211,8 +212,7 @@ class FakeSGLang:
             top_k=max(int(params.get("top_k", 0) or 0), 0),
             seed=params.get("sampling_seed"),
         )
-        with torch.no_grad():
-            (out,) = self.engine.generate_sync([traj], sampling)
+        out = self.batcher.submit(traj, sampling)
         reason: dict[str, Any] = {"type": out.finish_reason}
         if out.finish_reason == "stop" and out.token_ids:
             reason["matched"] = out.token_ids[-1]
@@ -222,6 +222,12 @@ class FakeSGLang:
                 [lp, t, None] for lp, t in zip(out.logprobs or [], out.token_ids)
             ]
         return {"text": out.text, "output_ids": out.token_ids, "meta_info": meta}
+
+    def _generate_batch(self, trajs: list[Any], sampling: Any) -> list[Any]:
+        import torch
+
+        with torch.no_grad():
+            return list(self.engine.generate_sync(trajs, sampling))
 
     def score(self, traj: Any) -> list[float]:
         """Log-probs (temperature 1) of tokens 1..n-1 of a trajectory given their prefixes."""
@@ -326,6 +332,53 @@ class FakeSGLang:
             }
         )
         return {"success": True, "message": f"loaded {len(state)} tensors"}
+
+
+class Batcher:
+    """Generation requests that arrive within `window_s` of each other with the same sampling
+    settings run as one batch (at most `max_batch`): a stand-in for SGLang's continuous batching,
+    so concurrent requests do not queue one by one. Callers block in `submit`."""
+
+    def __init__(
+        self,
+        run: Callable[[list[Any], Any], list[Any]],
+        *,
+        window_s: float = 0.005,
+        max_batch: int = 64,
+    ) -> None:
+        self.run, self.window_s, self.max_batch = run, window_s, max_batch
+        self.queue: list[tuple[Any, Any, concurrent.futures.Future[Any]]] = []
+        self.cond = threading.Condition()
+        self.batches: list[int] = []  # sizes, for tests
+        threading.Thread(target=self._loop, name="fake-sglang-batcher", daemon=True).start()
+
+    def submit(self, traj: Any, sampling: Any) -> Any:
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self.cond:
+            self.queue.append((traj, sampling, fut))
+            self.cond.notify()
+        return fut.result()
+
+    def _loop(self) -> None:
+        while True:
+            with self.cond:
+                self.cond.wait_for(lambda: bool(self.queue))
+            time.sleep(self.window_s)  # let requests sent together arrive
+            with self.cond:
+                sampling = self.queue[0][1]
+                picked = [i for i, item in enumerate(self.queue) if item[1] == sampling]
+                picked = picked[: self.max_batch]
+                batch = [self.queue[i] for i in picked]
+                self.queue = [item for i, item in enumerate(self.queue) if i not in set(picked)]
+            self.batches.append(len(batch))
+            try:
+                outs = self.run([t for t, _, _ in batch], sampling)
+            except Exception as exc:  # every request of the batch gets the error
+                for _, _, fut in batch:
+                    fut.set_exception(exc)
+                continue
+            for (_, _, fut), out in zip(batch, outs):
+                fut.set_result(out)
 
 
 def make_handler(fake: FakeSGLang) -> type[BaseHTTPRequestHandler]:

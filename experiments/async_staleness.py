@@ -1,0 +1,166 @@
+"""Does PARA-GRPO still learn when rollouts run ahead of training? The miniature, through a server.
+
+`rollout.max_staleness` N > 0 (the reference trains with N = 2) lets each step's rollouts come
+from weights up to N optimiser steps old, corrected by the decoupled loss. The rehearsal test shows
+the mechanics (no hang, versions, pauses, the server on the trainer's weights); this shows the
+learning: the miniature's PARA-GRPO arm (`paravt.train.miniature`, 30 steps from the reproduce
+run's SFT checkpoint) with its rollouts on our stand-in SGLang server
+(`python -m paravt.core.fake_sglang`, the tiny model on CPU), trained
+
+- synchronously (`max_staleness=0`),
+- asynchronously (`max_staleness=2`, as the reference),
+- asynchronously with learning rate ~0 (the control: what the pipeline gives without learning),
+
+per seed, then held-out accuracy (greedy, in-process) at the gated budgets K = 2 and 4, where the
+overview usually misses the square and the tool is what makes the answer findable.
+
+    OMP_NUM_THREADS=1 python experiments/async_staleness.py --reproduce runs/reproduce \\
+        --out runs/async_staleness --seeds 0 1
+
+`--reproduce` is a `paravt-eval reproduce` output directory: its task data and SFT checkpoints
+are reused (built there first if missing). Writes `results.json` and `results.md` under `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+MODES = {  # name: (directory, max_staleness, learning rate: the arm's, or "zero")
+    "synchronous": ("sync", 0, "arm"),
+    "max_staleness 2": ("stale2", 2, "arm"),
+    "max_staleness 2, lr 0 (control)": ("stale2_lr0", 2, "zero"),
+}
+BUDGETS = (2, 4)
+
+
+def start_server(model: Path, where: Path) -> tuple[subprocess.Popen[bytes], str]:
+    import httpx
+
+    where.mkdir(parents=True, exist_ok=True)
+    port_file = where / "server.port"
+    port_file.unlink(missing_ok=True)
+    log = open(where / "server.log", "wb")  # noqa: SIM115 - closed with the process
+    cmd = [sys.executable, "-m", "paravt.core.fake_sglang", "--model-path", str(model)]
+    proc = subprocess.Popen(
+        [*cmd, "--port", "0", "--port-file", str(port_file)],
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 120
+    while not port_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError((where / "server.log").read_text()[-3000:])
+        time.sleep(0.2)
+    url = f"http://127.0.0.1:{port_file.read_text().strip()}"
+    httpx.get(url + "/health", timeout=10).raise_for_status()
+    return proc, url
+
+
+def train(run: Path, sft: Path, rl_rows: Path, seed: int, staleness: int, lr: Any) -> float:
+    """One RL run of the PARA-GRPO arm with rollouts on a fresh stand-in server; seconds."""
+    import paravt.train.miniature as m
+    from paravt.train.rl import train_rl
+
+    done = run / "done.json"
+    if done.is_file():
+        return float(json.loads(done.read_text())["seconds"])
+    server, url = start_server(sft, run / "server")
+    try:
+        recipe = m.rl_recipe(
+            run,
+            sft,
+            rl_rows,
+            arm=m.ARMS["para_grpo"],
+            seed=seed,
+            lr=m.LR_ZERO if lr == "zero" else m.LR,
+            extra=[
+                "logging.progress=false",
+                "rollout.engine=sglang_server",
+                f"rollout.server.urls=[{url}]",
+                f"rollout.max_staleness={staleness}",
+                "loss.decoupled=true",
+                "rollout.server.timeout_s=300",
+            ],
+        )
+        t0 = time.perf_counter()
+        train_rl(recipe)
+        seconds = time.perf_counter() - t0
+    finally:
+        server.kill()
+        server.wait()
+    done.write_text(json.dumps({"seconds": seconds}) + "\n")
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reproduce", type=Path, default=Path("runs/reproduce"))
+    parser.add_argument("--out", type=Path, default=Path("runs/async_staleness"))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    args = parser.parse_args(argv)
+
+    from paravt.eval.reproduce.cells import accuracy_cell, held_out_documents, protocol_source
+    from paravt.eval.reproduce.config import ReproduceConfig
+    from paravt.eval.reproduce.training import ensure_data, ensure_seed
+
+    source = ReproduceConfig(out=args.reproduce, seeds=tuple(args.seeds))
+    data = ensure_data(source)
+    docs = held_out_documents(data.held_out)
+    cells = ReproduceConfig(out=args.out, seeds=tuple(args.seeds))
+    rows: dict[str, dict[str, Any]] = {}
+    for seed in args.seeds:
+        sft = ensure_seed(source, seed, data, arms=[]).sft
+        models: dict[str, Path] = {"SFT": sft}
+        for name, (directory, staleness, lr) in MODES.items():
+            run = args.out / f"seed{seed}" / directory
+            print(f"seed {seed}: PARA-GRPO, {name}", flush=True)
+            seconds = train(run, sft, data.rl, seed, staleness, lr)
+            metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+            rows.setdefault(name, {}).setdefault("seconds", []).append(seconds)
+            rows[name].setdefault("staleness", []).append(
+                statistics.mean(r.get("rollout/staleness", 0.0) for r in metrics)
+            )
+            models[name] = run / "final"
+        for name, ckpt in models.items():
+            model = MODES[name][0] if name in MODES else "sft"
+            for k in BUDGETS:
+                protocol = protocol_source(ckpt, sft)
+                cell = accuracy_cell(cells, seed, model, ckpt, k, docs, protocol)
+                rows.setdefault(name, {}).setdefault(f"acc_k{k}", []).append(cell["accuracy"])
+                rows[name].setdefault(f"kappa_k{k}", []).append(cell["kappa"])
+
+    def fmt(xs: list[float], scale: float = 100.0) -> str:
+        sd = statistics.stdev(xs) * scale if len(xs) > 1 else 0.0
+        return f"{statistics.mean(xs) * scale:.1f} ± {sd:.1f}"
+
+    lines = [
+        f"PARA-GRPO (30 steps) from the SFT checkpoint, rollouts on the stand-in server; "
+        f"{len(docs)} held-out videos, greedy; mean ± sd over seeds {args.seeds}",
+        "",
+        "| run | acc K=2 | acc K=4 | mean staleness | train s |",
+        "|---|---|---|---|---|",
+    ]
+    for name, r in rows.items():
+        stale = fmt(r["staleness"], 1.0) if "staleness" in r else "-"
+        secs = f"{statistics.mean(r['seconds']):.0f}" if "seconds" in r else "-"
+        lines.append(f"| {name} | {fmt(r['acc_k2'])} | {fmt(r['acc_k4'])} | {stale} | {secs} |")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(
+        json.dumps({"seeds": args.seeds, "rows": rows}, indent=1)
+    )
+    (args.out / "results.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
