@@ -270,6 +270,14 @@ def test_a_push_with_pause_waits_for_no_request_and_wraps_only_the_load(
         assert done.wait(60)
         with pytest.raises(ValueError, match="pause mode"):
             engine.pause_generation("later")
+        old = SGLangServerEngine(
+            url_of(srv),
+            srv.fake.engine.processor,
+            transport=httpx.MockTransport(lambda r: httpx.Response(404, text="Not Found")),
+            sync_transport=httpx.MockTransport(lambda r: httpx.Response(404, text="Not Found")),
+        )
+        with pytest.raises(ServerError, match=r"HTTP 404.*pause_mode=drain"):
+            old.pause_generation("retract")
     finally:
         srv.shutdown()
 

@@ -539,7 +539,15 @@ class SGLangServerEngine(HFChatEncoder):
         sampled it."""
         if mode not in ("retract", "in_place", "abort"):
             raise ValueError(f"pause mode must be retract, in_place or abort, got {mode!r}")
-        self._post_all("/pause_generation", {"mode": mode})
+        try:
+            self._post_all("/pause_generation", {"mode": mode})
+        except ServerError as exc:
+            if "HTTP 404" not in str(exc):
+                raise
+            raise ServerError(
+                f"{exc}. This SGLang has no /pause_generation (or no 'mode'): upgrade it, or let "
+                "weight loads wait for the requests in flight (rollout.server.pause_mode=drain)"
+            ) from None
 
     def continue_generation(self) -> None:
         """`POST /continue_generation` on every weight URL (after `pause_generation`)."""
