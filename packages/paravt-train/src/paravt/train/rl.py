@@ -511,6 +511,9 @@ class PolicyEngine:
 
             spec = recipe.rollout.server
             self.server = spec
+            # asynchronous: a reply may come from the max_staleness versions before the last push,
+            # or from the one being pushed (announced in _sync_server before the push)
+            stale_versions = self.max_staleness + 1 if self.max_staleness else 0
             self.weight_dir = Path(spec.weight_dir or Path(recipe.output_dir) / "rollout_weights")
             self.weight_group: Any = None
             engine = SGLangServerEngine(
@@ -522,11 +525,7 @@ class PolicyEngine:
                 retries=spec.retries,
                 backoff_s=spec.backoff_s,
                 max_in_flight=spec.max_in_flight,
-                # asynchronous: a reply may come from the max_staleness versions before the last
-                # push, or from the one being pushed (announced below before the push)
-                stale_versions=recipe.rollout.max_staleness + 1
-                if recipe.rollout.max_staleness
-                else 0,
+                stale_versions=stale_versions,
             )
             engine.health()  # every rank: fail fast, naming the servers that do not answer
             return engine
@@ -767,7 +766,7 @@ def train_rl(
         return epoch, [rows[i] for i in picked], seed
 
     def data_state_after(step: int) -> dict[str, int]:
-        """The data state a resume at `step + 1` starts from."""
+        """The data state a resume at `step + 1` starts from (and forget the steps done)."""
         with plan_lock:
             for done in [k for k in order_before if k <= step]:
                 del order_before[done]
@@ -861,13 +860,14 @@ def train_rl(
             )
             if on_step is not None:
                 on_step(step, backend, metrics, ro)
+            data_state = data_state_after(step)
             if recipe.checkpoint.every_steps and step % recipe.checkpoint.every_steps == 0:
                 save_checkpoint(
                     out,
                     step,
                     backend,
                     processor,
-                    data_state=data_state_after(step),
+                    data_state=data_state,
                     keep_last=recipe.checkpoint.keep_last,
                 )
     finally:
