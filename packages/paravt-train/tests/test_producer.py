@@ -122,3 +122,17 @@ def test_take_rejects_steps_outside_its_range() -> None:
         with pytest.raises(ValueError, match="outside"):
             p.take(5)
         assert p.take(3, timeout_s=10).staleness == 0
+
+
+def test_versions_and_close_after_every_step_is_produced_are_harmless() -> None:
+    async def generate(step: int) -> int:
+        return step
+
+    p = RolloutProducer(lambda s: s, generate, first=1, last=2, max_staleness=1, version=0)
+    assert p.take(1, timeout_s=10).result == 1
+    assert p.take(2, timeout_s=10).result == 2
+    p._thread.join(10)  # everything produced: the loop has finished and closed
+    assert not p._thread.is_alive()
+    p.set_version(1)
+    p.set_version(2)
+    p.close()

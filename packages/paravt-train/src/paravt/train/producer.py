@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -91,8 +92,7 @@ class RolloutProducer(Generic[P, R]):
     def set_version(self, version: int) -> None:
         """The servers now hold weights `version` (after the trainer's push): later steps may
         start."""
-        if not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._bump, version)
+        self._call(self._bump, version)
 
     def take(self, step: int, timeout_s: float | None = None) -> Produced[P, R]:
         """Block until `step`'s rollouts are done; re-raises what producing them raised."""
@@ -107,10 +107,13 @@ class RolloutProducer(Generic[P, R]):
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Cancel what is still running and stop the thread (also after a failure)."""
-        if self._loop.is_closed():
-            return
-        self._loop.call_soon_threadsafe(self._cancel_all)
+        self._call(self._cancel_all)
         self._thread.join(timeout_s)
+
+    def _call(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run `fn` on the producer's loop, unless it has finished (every step produced)."""
+        with contextlib.suppress(RuntimeError):  # closed: nothing left to start or cancel
+            self._loop.call_soon_threadsafe(fn, *args)
 
     def __enter__(self) -> RolloutProducer[P, R]:
         return self
