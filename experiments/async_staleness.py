@@ -27,8 +27,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -41,40 +39,18 @@ MODES = {  # name: (directory, max_staleness, learning rate: the arm's, or "zero
 BUDGETS = (2, 4)
 
 
-def start_server(model: Path, where: Path) -> tuple[subprocess.Popen[bytes], str]:
-    import httpx
-
-    where.mkdir(parents=True, exist_ok=True)
-    port_file = where / "server.port"
-    port_file.unlink(missing_ok=True)
-    log = open(where / "server.log", "wb")  # noqa: SIM115 - closed with the process
-    cmd = [sys.executable, "-m", "paravt.core.fake_sglang", "--model-path", str(model)]
-    proc = subprocess.Popen(
-        [*cmd, "--port", "0", "--port-file", str(port_file)],
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 120
-    while not port_file.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError((where / "server.log").read_text()[-3000:])
-        time.sleep(0.2)
-    url = f"http://127.0.0.1:{port_file.read_text().strip()}"
-    httpx.get(url + "/health", timeout=10).raise_for_status()
-    return proc, url
-
-
 def train(run: Path, sft: Path, rl_rows: Path, seed: int, staleness: int, lr: Any) -> float:
     """One RL run of the PARA-GRPO arm with rollouts on a fresh stand-in server; seconds."""
     import paravt.train.miniature as m
+    from paravt.core.fake_sglang import spawn
     from paravt.train.rl import train_rl
 
     done = run / "done.json"
     if done.is_file():
         return float(json.loads(done.read_text())["seconds"])
-    server, url = start_server(sft, run / "server")
+    (run / "server").mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    server, url = spawn(sft, run / "server" / "server.log", env=env)
     try:
         recipe = m.rl_recipe(
             run,

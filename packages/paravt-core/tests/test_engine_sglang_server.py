@@ -389,26 +389,14 @@ def test_distributed_weight_push_broadcasts_bucket_by_bucket_and_tags_the_last(
     """The NCCL path's protocol on gloo against the stand-in in its own process (both sides build
     the group like SGLang's init_custom_process_group; SGLang itself: untested)."""
     import os
-    import subprocess
-    import sys
 
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    port_file = tmp_path / "port"
+    from paravt.core.fake_sglang import spawn
+
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "paravt.core.fake_sglang", "--model-path", str(tiny_model_path)]
-    server = subprocess.Popen(
-        [*cmd, "--port", "0", "--port-file", str(port_file)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server, url = spawn(tiny_model_path, tmp_path / "server.log", env=env, timeout_s=90)
     try:
-        deadline = time.monotonic() + 90
-        while not port_file.exists():
-            assert server.poll() is None and time.monotonic() < deadline
-            time.sleep(0.2)
-        url = f"http://127.0.0.1:{port_file.read_text()}"
         engine = SGLangServerEngine(url, AutoProcessor.from_pretrained(tiny_model_path))
         with socket_closed_port() as port:
             group = engine.init_weight_update_group("127.0.0.1", port, backend="gloo")
@@ -448,3 +436,10 @@ def test_requests_sent_together_are_generated_as_one_batch_by_the_stand_in(serve
         engine.generate(trajs[:1], SamplingParams(max_new_tokens=3, temperature=0.0))
     )
     assert alone[0].token_ids == out[0].token_ids  # greedy: the batch changes nothing
+
+
+def test_spawn_names_a_server_that_does_not_start_with_the_end_of_its_log(tmp_path: Path) -> None:
+    from paravt.core.fake_sglang import spawn
+
+    with pytest.raises(RuntimeError, match=r"did not start:[\s\S]*no-such-model"):
+        spawn(tmp_path / "no-such-model", tmp_path / "server.log", timeout_s=60)

@@ -25,6 +25,8 @@ import httpx
 import pytest
 import torch
 
+from paravt.core.fake_sglang import spawn
+
 DRIVER = Path(__file__).parent / "server_rehearsal_driver.py"
 BOUND_S = 240
 
@@ -34,21 +36,8 @@ def _env() -> dict[str, str]:
 
 
 def start_server(model: Path, tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """The stand-in server on a free port; waits until it answers /health."""
-    port_file = tmp / "server.port"
-    log = open(tmp / "server.log", "wb")  # noqa: SIM115 - closed with the process
-    cmd = [sys.executable, "-m", "paravt.core.fake_sglang", "--model-path", str(model)]
-    cmd += ["--port", "0", "--port-file", str(port_file)]
-    proc = subprocess.Popen(cmd, env=_env(), stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 90
-    while not port_file.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError((tmp / "server.log").read_text()[-3000:])
-        time.sleep(0.2)
-    url = f"http://127.0.0.1:{port_file.read_text().strip()}"
-    httpx.get(url + "/health", timeout=10).raise_for_status()
-    return proc, url
+    """The stand-in server on a free port, answering /health."""
+    return spawn(model, tmp / "server.log", env=_env(), timeout_s=90)
 
 
 def trainers(model: Path, out: Path, url: str, steps: int, *overrides: str) -> list[str]:

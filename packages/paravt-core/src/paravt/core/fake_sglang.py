@@ -32,6 +32,8 @@ import contextlib
 import io
 import json
 import logging
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -366,10 +368,10 @@ class Batcher:
             time.sleep(self.window_s)  # let requests sent together arrive
             with self.cond:
                 sampling = self.queue[0][1]
-                picked = [i for i, item in enumerate(self.queue) if item[1] == sampling]
-                picked = picked[: self.max_batch]
-                batch = [self.queue[i] for i in picked]
-                self.queue = [item for i, item in enumerate(self.queue) if i not in set(picked)]
+                same = [i for i, item in enumerate(self.queue) if item[1] == sampling]
+                picked = set(same[: self.max_batch])
+                batch = [item for i, item in enumerate(self.queue) if i in picked]
+                self.queue = [item for i, item in enumerate(self.queue) if i not in picked]
             self.batches.append(len(batch))
             try:
                 outs = self.run([t for t, _, _ in batch], sampling)
@@ -468,6 +470,45 @@ def serve(model_path: str | Path, host: str = "127.0.0.1", port: int = 0) -> Thr
     server.daemon_threads = True
     server.fake = fake  # type: ignore[attr-defined]
     return server
+
+
+def spawn(
+    model_path: str | Path,
+    log_path: str | Path,
+    *,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 120.0,
+) -> tuple[subprocess.Popen[bytes], str]:
+    """`python -m paravt.core.fake_sglang` in its own process on a free port, its output in
+    `log_path`; returns the process and its URL once it answers `/health`. Raises `RuntimeError`
+    with the end of the log when it exits or does not come up within `timeout_s`. The caller
+    kills the process."""
+    import httpx
+
+    log_path = Path(log_path)
+    port_file = log_path.with_name(log_path.name + ".port")
+    port_file.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "paravt.core.fake_sglang", "--model-path", str(model_path)]
+    with open(log_path, "wb") as log_file:  # the child keeps its own handle
+        proc = subprocess.Popen(
+            [*cmd, "--port", "0", "--port-file", str(port_file)],
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + timeout_s
+    while not port_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(
+                f"the stand-in server over {model_path} did not start:\n"
+                + log_path.read_text(errors="replace")[-3000:]
+            )
+        time.sleep(0.2)
+    url = f"http://127.0.0.1:{port_file.read_text().strip()}"
+    httpx.get(url + "/health", timeout=10).raise_for_status()
+    return proc, url
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -173,6 +173,16 @@ def rollout_tasks(
             per_episode.append(ex)
             budgets.append(k)
     return tasks, per_episode, budgets
+
+
+class PreparedStep(NamedTuple):
+    """One step's rollouts before generation (asynchronous training prepares them ahead)."""
+
+    epoch: int
+    seed: int
+    tasks: list[AgentTask]
+    per_episode: list[Any]  # each episode's example
+    budgets: list[int]  # each episode's overview K
 
 
 def score_rollouts(ro: Rollouts, reward_config: Any, recipe: RLRecipe) -> None:
@@ -772,19 +782,19 @@ def train_rl(
                 del order_before[done]
             return order_before.get(step + 1) or order.state()
 
-    producer: RolloutProducer[Any, Any] | None = None
+    producer: RolloutProducer[PreparedStep, list[Episode]] | None = None
     if recipe.rollout.max_staleness:
 
-        def prepare(step: int) -> tuple[int, int, list[AgentTask], list[Any], list[int]]:
+        def prepare(step: int) -> PreparedStep:
             epoch, batch_examples, seed = plan(step)
-            tasks, per_ep, budgets = rollout_tasks(
+            tasks, per_episode, budgets = rollout_tasks(
                 batch_examples, frames, gate, recipe, epoch=epoch
             )
-            return epoch, seed, tasks, per_ep, budgets
+            return PreparedStep(epoch, seed, tasks, per_episode, budgets)
 
-        async def generate(prepared: tuple[Any, ...]) -> list[Any]:
-            _, seed, tasks, _, _ = prepared
-            return await run_episodes(tasks, engine, agent_config(recipe, seed=seed))
+        async def generate(prepared: PreparedStep) -> list[Episode]:
+            config = agent_config(recipe, seed=prepared.seed)
+            return await run_episodes(prepared.tasks, engine, config)
 
         producer = RolloutProducer(
             prepare,
@@ -806,8 +816,8 @@ def train_rl(
                 ro = rollout(batch_examples, engine, frames, gate, recipe, epoch=epoch, seed=seed)
             else:
                 got = producer.take(step)
-                epoch, _, _, per_ep, budgets = got.prepared
-                ro = Rollouts(got.result, per_ep, budgets)
+                epoch = got.prepared.epoch
+                ro = Rollouts(got.result, got.prepared.per_episode, got.prepared.budgets)
                 async_metrics = {
                     "rollout/staleness": float(got.staleness),
                     "time/rollout_generate_s": got.ended_at - got.started_at,

@@ -142,10 +142,11 @@ class SGLangServerEngine(HFChatEncoder):
     connection. `retries`: extra attempts on connection errors and 5xx answers, waiting
     `backoff_s`, 2x, 4x ... between them. `max_in_flight`: requests open at once from this process.
     `check_weight_version`: raise `StaleWeightsError` when a reply's weight version is not the one
-    last pushed, or one of the `stale_versions` pushed before it (asynchronous training with bounded
-    staleness: a rollout started before a push may end after it). `send_seed`: send `SamplingParams.seed` as `sampling_seed` (SGLang honours it only
-    with `--enable-deterministic-inference`; older servers reject the key). `transport`,
-    `sync_transport`: httpx transports for the async and sync clients (tests).
+    last pushed, or one of the `stale_versions` pushed before it (asynchronous training with
+    bounded staleness: a rollout started before a push may end after it). `send_seed`: send
+    `SamplingParams.seed` as `sampling_seed` (SGLang honours it only with
+    `--enable-deterministic-inference`; older servers reject the key). `transport`, `sync_transport`:
+    httpx transports for the async and sync clients (tests).
     """
 
     continuous_batching = True  # the server batches: the runtime sends requests one by one
@@ -321,9 +322,8 @@ class SGLangServerEngine(HFChatEncoder):
                 "meta_info.weight_version (>= 0.5), or check_weight_version=False"
             )
         if str(got) not in self._versions:
-            accepted = f" (or {', '.join(map(repr, self._versions[:-1]))})" * (
-                len(self._versions) > 1
-            )
+            older = ", ".join(map(repr, self._versions[:-1]))
+            accepted = f" (or {older})" if older else ""
             raise StaleWeightsError(
                 f"{url} generated with weight version {got!r}, but the trainer last pushed "
                 f"{self.expected_weight_version!r}{accepted}: the weight update did not reach "
