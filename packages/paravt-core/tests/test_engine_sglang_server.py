@@ -297,6 +297,101 @@ def test_a_dead_server_is_named_after_bounded_retries_not_a_hang(server: Any) ->
             engine.health(timeout_s=1)
 
 
+class silent_server:
+    """A local server (127.0.0.1 only) that accepts connections, reads nothing and never answers;
+    its accept loop ends on exit, after 64 connections or after 60 s."""
+
+    def __enter__(self) -> str:
+        import socket
+
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.listener.settimeout(0.05)
+        self.stop = threading.Event()
+        self.held: list[Any] = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+
+    def _accept(self) -> None:
+        deadline = time.monotonic() + 60
+        while not self.stop.is_set() and len(self.held) < 64 and time.monotonic() < deadline:
+            try:
+                self.held.append(self.listener.accept()[0])
+            except OSError:  # accept timed out: look at the stop flag again
+                continue
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        for conn in self.held:
+            conn.close()
+        self.listener.close()
+
+
+def test_a_server_that_never_answers_is_warned_about_then_declared_dead(
+    server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    local = server.fake.engine
+    with silent_server() as url:
+        engine = SGLangServerEngine(
+            url,
+            local.processor,
+            eos_token_ids=local.eos_token_ids,
+            timeout_s=60,  # the request timeout is not what ends it
+            retries=0,
+            stall_warn_s=0.1,
+            stall_dead_s=2.0,
+        )
+        two = [prompt(engine, False), prompt(engine, False)]
+        dead = rf"SGLang server {url} sent nothing back for \d+ s with 2 request\(s\) in flight"
+        with (
+            caplog.at_level("WARNING", logger="paravt.core.sglang"),
+            pytest.raises(ServerError, match=dead + ": declared dead"),
+        ):
+            asyncio.run(engine.generate(two, SamplingParams(max_new_tokens=2)))
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) >= 2  # repeated while the stall lasts, one line per period
+        assert all(f"{url} has sent nothing back" in w for w in warnings)
+        assert all("2 request(s) in flight" in w for w in warnings)
+        # declared dead: later requests fail at once instead of waiting again
+        with pytest.raises(ServerError, match="declared dead"):
+            asyncio.run(engine.generate(two[:1], SamplingParams(max_new_tokens=2)))
+
+
+def test_stall_warnings_repeat_every_period_and_an_answer_restarts_the_clock(
+    server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = engine_for(server)  # defaults: warn every 60 s, dead after 300 s
+    url = engine.urls[0]
+    engine._in_flight[url] = 3
+
+    def quiet_for(seconds: float) -> None:
+        engine._quiet_since[url] = time.monotonic() - seconds
+
+    with caplog.at_level("WARNING", logger="paravt.core.sglang"):
+        engine._restart_stall_clock(url)
+        engine._check_stall(url)  # just started: nothing to say
+        quiet_for(65)
+        engine._check_stall(url)
+        engine._check_stall(url)  # the same period: no second line
+        quiet_for(125)
+        engine._check_stall(url)
+        engine._restart_stall_clock(url)  # a reply came back
+        engine._check_stall(url)
+        quiet_for(61)
+        engine._check_stall(url)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 3 and all(f"{url} has sent nothing back" in x for x in lines)
+    assert all("3 request(s) in flight" in x for x in lines)
+    quiet_for(301)
+    with pytest.raises(ServerError, match=rf"{url} sent nothing back for 301 s.*declared dead"):
+        engine._check_stall(url)
+    with pytest.raises(ValueError, match="stall_dead_s"):
+        engine_for(server, stall_dead_s=0)
+
+
 class socket_closed_port:
     """A local port nothing listens on."""
 

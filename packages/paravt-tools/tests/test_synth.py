@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -140,6 +141,20 @@ def test_sft_rows_rebuild_into_multimodal_conversations(synth_dir):  # type: ign
     sub_row = next(r for r in rows if r["agent"] == "subagent")
     sub = sft_conversation(sub_row, synth_dir, reader=reader)
     assert len(sub[1].images) == sub_row["frames"]["num_frames"]
+
+
+def test_teacher_crops_default_to_four_frames_as_the_tiny_recipes_show(synth_dir):  # type: ignore[no-untyped-def]
+    """paravt-train's tiny recipes cap a crop at video.max_crop_frames = 4; with the default
+    `paravt-tools synth` no trace describes a frame the trainer does not show."""
+    rows = _rows(synth_dir / "sft.parquet")
+    crops = [r["frames"]["num_frames"] for r in rows if r["agent"] == "subagent"]
+    assert crops and max(crops) == 4
+    assert SynthConfig().crop_max_frames == 4
+    # four frames over a 6 s window still catch the 2 s needle: every trace found it
+    for r in rows:
+        if r["agent"] == "main":
+            colour = json.loads(r["extra_info"])["needle_colour"]
+            assert re.search(rf"saw a {colour} square at \d", r["messages"][-1]["content"])
 
 
 def test_a_duration_too_short_for_the_task_is_refused_with_the_minimum():

@@ -129,6 +129,20 @@ def test_nccl_without_a_gpu_is_an_error_that_names_the_fix(
         D.init_distributed(DistributedSpec(strategy="fsdp2", backend="nccl"), torch.device("cpu"))
 
 
+def test_a_torchrun_launch_with_strategy_none_is_refused_naming_the_fix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    groups: list[str] = []
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: groups.append(backend))
+    with pytest.raises(RuntimeError, match=r"WORLD_SIZE=2.*distributed\.strategy=fsdp2"):
+        D.init_distributed(DistributedSpec(strategy="none"), torch.device("cpu"))
+    assert groups == []  # refused before any process group starts
+    monkeypatch.setenv("WORLD_SIZE", "1")  # one process with strategy none is the normal case
+    assert D.init_distributed(DistributedSpec(strategy="none"), torch.device("cpu")) == (0, 1)
+
+
 def _seq(media: bool) -> Sequence_:
     return Sequence_([1, 2, 3], [0, 1, 1], ["img"] if media else [])
 

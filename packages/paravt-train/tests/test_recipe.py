@@ -24,6 +24,18 @@ def test_every_packaged_recipe_loads_and_validates(name: str) -> None:
     assert isinstance(recipe, SFTRecipe if "sft" in name else RLRecipe)
 
 
+@pytest.mark.parametrize("name", ["tiny_sft", "tiny_paragrpo", "tiny_vanilla_grpo"])
+def test_synthetic_teacher_crops_default_to_the_frames_the_recipe_shows(name: str) -> None:
+    """Otherwise every teacher trace describes crop frames the model is not shown (a warning)."""
+    recipe = load_recipe(name)
+    assert recipe.data.synth is not None and recipe.video.max_crop_frames == 4
+    assert recipe.data.synth.crop_max_frames == 4
+    wider = load_recipe(name, ["video.max_crop_frames=8"])
+    assert wider.data.synth is not None and wider.data.synth.crop_max_frames == 8
+    chosen = load_recipe(name, ["data.synth.crop_max_frames=2"])
+    assert chosen.data.synth is not None and chosen.data.synth.crop_max_frames == 2
+
+
 def test_reference_paragrpo_recipe_carries_the_paper_settings() -> None:
     r = load_recipe("paragrpo_8b")
     assert isinstance(r, RLRecipe)

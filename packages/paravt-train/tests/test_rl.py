@@ -11,7 +11,7 @@ import torch
 
 from paravt.train.losses import k3_kl, ppo_loss, step_normaliser
 from paravt.train.recipe import load_recipe
-from paravt.train.rl import train_rl
+from paravt.train.rl import NoSignalWatch, train_rl, zero_groups_frac
 
 from .rl_helpers import EveryOtherScripted, examples
 
@@ -107,6 +107,45 @@ def test_subagent_trajectories_are_left_out_of_the_loss_when_asked(
     train_rl(recipe, examples=exs, frames=frames, wrap_engine=scripted)
     row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert row["trajectories/trained"] == 4 and row["subagents_per_episode"] >= 1.0
+
+
+def test_groups_with_equal_rewards_are_counted_and_a_run_of_such_steps_is_named(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    assert zero_groups_frac([1.0, 1.0, 0.0, 2.0, 0.5, 0.5], group_size=2) == pytest.approx(2 / 3)
+    assert zero_groups_frac([0.1, 0.1, 0.1, 0.1], group_size=4) == 1.0
+    watch = NoSignalWatch(after=3)
+    with caplog.at_level("WARNING", logger="paravt.train"):
+        for step, frac in enumerate([1.0, 1.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0], start=1):
+            watch.update(step, frac)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2  # after 3 steps in a row (4-6), again after 3 more (4-9)
+    assert lines[0].startswith("steps 4-6: no learning signal")
+    assert lines[1].startswith("steps 4-9: no learning signal")
+    assert "untrained or random model" in lines[0] and "reward that cannot vary" in lines[0]
+    assert watch.streak == 0
+    NoSignalWatch(after=0).update(1, 1.0)  # 0: never warns
+    assert len(caplog.records) == 2
+
+
+@pytest.mark.slow
+def test_steps_without_learning_signal_are_in_the_metrics_and_warned_about(
+    tiny_model_path: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every rollout gives the same answer: every group's rewards are equal."""
+    from paravt.core.engines.scripted import ScriptedTurns
+
+    exs, frames = examples()
+    recipe = tiny_rl_recipe(
+        tiny_model_path, tmp_path / "run", "max_steps=3", "checkpoint.save_final=false"
+    )
+    same = {1: "I know it.</think><answer>red</answer>"}
+    with caplog.at_level("WARNING", logger="paravt.train"):
+        train_rl(recipe, examples=exs, frames=frames, wrap_engine=lambda e: ScriptedTurns(e, same))
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["advantage/zero_groups_frac"] for r in rows] == [1.0, 1.0, 1.0]
+    (warning,) = [r.getMessage() for r in caplog.records if "zero_groups_frac" in r.getMessage()]
+    assert warning.startswith("steps 1-3:")
 
 
 def test_the_ppo_loss_clips_the_ratio_and_the_k3_kl_is_zero_at_the_reference() -> None:

@@ -20,6 +20,7 @@ def _synth(args: argparse.Namespace) -> int:
         num_needles=args.needles,
         question_types=tuple(args.question_types.split(",")),
         sft_overview_frames=args.sft_overview_frames,
+        crop_max_frames=args.crop_max_frames,
     )
     result = generate(args.out, n=args.n, config=config, seed=args.seed, workers=args.workers)
     print(
@@ -75,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--needles", type=int, default=3, help="coloured squares per video (1 target)")
     s.add_argument("--question-types", default="mcq,oe,tvg", help="comma list of mcq, oe, tvg")
     s.add_argument("--sft-overview-frames", type=int, default=32)
+    s.add_argument(
+        "--crop-max-frames",
+        type=int,
+        default=4,
+        help="frames per teacher crop at most (match the trainer's video.max_crop_frames)",
+    )
     s.add_argument("--workers", type=int, default=None, help="encoding processes (default 2)")
     s.set_defaults(func=_synth)
 

@@ -107,7 +107,12 @@ class SynthConfig(BaseModel):
         32, ge=1, le=256, description="Overview frames (K) of the main-agent teacher traces."
     )
     crop_fps: float = Field(1.0, gt=0, description="Crop sampling rate the sub-agent sees.")
-    crop_max_frames: int = Field(16, ge=1, description="Frame cap of one crop.")
+    crop_max_frames: int = Field(
+        4,
+        ge=1,
+        description="Frame cap of one teacher crop; match the trainer's video.max_crop_frames (4 "
+        "in paravt-train's tiny recipes), or traces describe frames the model is not shown.",
+    )
     chunk_frames: int = Field(256, ge=8, description="Frames rendered and encoded at once.")
     crf: int = Field(20, ge=0, le=51, description="libx264 quality.")
     layout: Layout = Field(

@@ -95,7 +95,8 @@ def save_checkpoint(
     extra: dict[str, Any] | None = None,
     keep_last: int = 2,
 ) -> Path:
-    """Write `checkpoints/step-N` atomically (collective: call on every rank)."""
+    """Write `checkpoints/step-<step, six digits>` (e.g. `step-000010`) atomically (collective:
+    call on every rank)."""
     root = Path(output_dir) / "checkpoints"
     final = root / f"step-{step:06d}"
     tmp = root / f".tmp-step-{step:06d}"

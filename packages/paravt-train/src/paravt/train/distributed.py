@@ -4,7 +4,7 @@
 optimiser step (clip, step, schedule, zero), the full weights gathered tensor by tensor (for
 checkpoints and for rollout engines), and optimiser state save/load.
 
-- `none`: plain module (several torchrun ranks without sharding are not supported: use fsdp2).
+- `none`: plain module, one process (a torchrun launch with it is refused: use fsdp2).
 - `fsdp2`: `torch.distributed.fsdp.fully_shard` on every decoder/vision block and the root, fp32
   master weights with a bf16/fp32-reduce `MixedPrecisionPolicy` when computing in bf16;
   gradients are averaged over ranks by FSDP. Rollouts cannot run on the sharded module (ranks
@@ -56,10 +56,17 @@ def init_distributed(spec: DistributedSpec, device: torch.device) -> tuple[int, 
     """Start the process group when running under torchrun (or for DeepSpeed); (rank, world).
 
     Binds the process to `device` first (`torch.cuda.set_device(LOCAL_RANK)`), and passes
-    `device_id` to an NCCL group so its communicator is created eagerly on that GPU.
+    `device_id` to an NCCL group so its communicator is created eagerly on that GPU. Several
+    processes with `strategy: none` are refused: each would train its own copy of the model.
     """
-    bind_device(device)
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and spec.strategy == "none":
+        raise RuntimeError(
+            f"WORLD_SIZE={world} (a torchrun launch) with distributed.strategy=none: every rank "
+            "would train its own copy of the model on its share of the data. Set "
+            "distributed.strategy=fsdp2 (or deepspeed), or run one process without torchrun"
+        )
+    bind_device(device)
     needs_group = world > 1 or spec.strategy in ("fsdp2", "deepspeed")
     if needs_group and not dist.is_initialized():
         backend = resolve_backend(spec, device)

@@ -151,11 +151,11 @@ def ensure_synth(data: DataSpec) -> None:
         from paravt.tools.synth import SynthConfig, generate
 
         s = data.synth
+        crops = {} if s.crop_max_frames is None else {"crop_max_frames": s.crop_max_frames}
         config = SynthConfig(
             duration_s=s.duration_s,
             question_types=tuple(s.question_types),
             sft_overview_frames=s.sft_overview_frames,
-            crop_max_frames=s.crop_max_frames,
             layout=s.layout,
             fps=s.fps,
             needle_s=s.needle_s,
@@ -163,6 +163,7 @@ def ensure_synth(data: DataSpec) -> None:
             square_size=s.square_size,
             crop_windows=s.crop_windows,
             tool_fraction=s.tool_fraction,
+            **crops,
         )
         log.info("generating %d synthetic tasks in %s (paravt-tools synth)", s.n, s.out_dir)
         result = generate(s.out_dir, n=s.n, config=config, seed=s.seed)

@@ -23,7 +23,9 @@ Three users, one definition:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -251,3 +253,233 @@ def rl_recipe(
     )
     assert isinstance(recipe, RLRecipe)
     return recipe
+
+
+# Held-out evaluation, kept per prompt (prompts are the independent units).
+
+
+@dataclass
+class Evaluation:
+    """Per-episode scores of one model on the held-out prompts (`group_size` episodes each)."""
+
+    metrics: dict[str, float]
+    per_prompt: dict[str, dict[str, float]]  # prompt key -> mean of each score over its episodes
+
+    def mean_se(self, key: str) -> tuple[float, float]:
+        """Mean over prompts and its standard error (prompts are the independent units)."""
+        return mean_and_se([v[key] for v in self.per_prompt.values()])
+
+
+SCORES = ("accuracy", "reward", "tool_use", "format")
+
+
+def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan
+    m = sum(values) / n
+    if n < 2:
+        return m, math.nan
+    var = sum((v - m) ** 2 for v in values) / (n - 1)
+    return m, math.sqrt(var / n)
+
+
+def evaluate_held_out(model: Path, recipe: RLRecipe, examples: Sequence[Any]) -> Evaluation:
+    """`paravt.train.rl`'s rollout and scoring of `model` on `examples` (the recipe's temperature,
+    gate and group size; fixed seed), kept per prompt for standard errors and paired differences."""
+    from paravt.core.engines.hf import HFEngine
+    from paravt.train.frames import FrameSource
+    from paravt.train.modeling import load_model_and_processor, pick_device
+    from paravt.train.rl import (
+        build_gate,
+        build_reward_config,
+        episode_metrics,
+        rollout,
+        score_rollouts,
+    )
+
+    device = pick_device(recipe.distributed.device)
+    net, processor = load_model_and_processor(recipe.model, device, path=model)
+    engine = HFEngine(net, processor)
+    ro = rollout(
+        list(examples),
+        engine,
+        FrameSource(recipe.video),
+        build_gate(recipe),
+        recipe,
+        epoch=0,
+        seed=12345,
+    )
+    score_rollouts(ro, build_reward_config(recipe), recipe)
+    sums: dict[str, dict[str, list[float]]] = {}
+    for ep, ex, r in zip(ro.episodes, ro.examples, ro.rewards):
+        row = sums.setdefault(ex.key, {k: [] for k in SCORES})
+        row["accuracy"].append(r.accuracy)
+        row["reward"].append(r.total)
+        row["tool_use"].append(float(ep.num_tool_calls > 0))
+        row["format"].append(r.format)
+    per_prompt = {k: {s: sum(v) / len(v) for s, v in row.items()} for k, row in sums.items()}
+    return Evaluation(episode_metrics(ro), per_prompt)
+
+
+def paired(after: Evaluation, before: Evaluation, key: str) -> tuple[float, float]:
+    """Mean over prompts of `after - before` for one score, and its standard error."""
+    diffs = [after.per_prompt[k][key] - before.per_prompt[k][key] for k in before.per_prompt]
+    return mean_and_se(diffs)
+
+
+# The learning test's runs (`tests/test_learning.py`, `experiments/learning_distribution.py`).
+
+
+@dataclass
+class ColdStart:
+    """One seed's task data, its SFT policy and that policy's held-out evaluation."""
+
+    seed: int
+    root: Path
+    data: TaskData
+    sft_model: Path
+    held: list[Any]  # held-out RL examples (videos neither SFT nor RL saw)
+    before: Evaluation  # the SFT policy on `held`
+
+
+def cold_start(root: Path, model: Path, *, seed: int) -> ColdStart:
+    """Task data for `seed` (synth seeds offset by it), the SFT policy, its held-out scores."""
+    from paravt.train.rl import load_rl_examples
+    from paravt.train.sft import train_sft
+
+    data = make_task_data(root, seed_offset=seed)
+    sft = sft_recipe(root / "sft", model, data, seed=seed, extra=["logging.progress=false"])
+    sft_model = train_sft(sft)
+    held_recipe = rl_recipe(root / "held", sft_model, data.held_out, seed=seed)
+    held = load_rl_examples(held_recipe)
+    return ColdStart(
+        seed, root, data, sft_model, held, evaluate_held_out(sft_model, held_recipe, held)
+    )
+
+
+SABOTAGES = ("sign", "mask")
+
+
+@contextlib.contextmanager
+def sabotaged(kind: str) -> Iterator[None]:
+    """Break the RL trainer on purpose, for controls that must not learn.
+
+    `sign`: the policy-gradient sign flipped (advantages negated inside the PPO loss).
+    `mask`: the loss mask inverted (prompt and tool-response tokens trained, sampled ones not).
+    `""`: no sabotage."""
+    import paravt.train.rl as rl
+
+    if kind not in ("", *SABOTAGES):
+        raise ValueError(f"unknown sabotage {kind!r}: use one of {SABOTAGES} or ''")
+    real_loss, real_collate = rl.ppo_loss, rl.collate
+
+    def flipped(logp: Any, old_logp: Any, advantages: Any, *args: Any, **kw: Any) -> Any:
+        return real_loss(logp, old_logp, -advantages, *args, **kw)
+
+    def inverted(*args: Any, **kw: Any) -> Any:
+        batch = real_collate(*args, **kw)
+        batch["mask"] = (1.0 - batch["mask"]) * batch["attention_mask"].to(batch["mask"].dtype)
+        return batch
+
+    if kind == "sign":
+        rl.ppo_loss = flipped  # type: ignore[assignment]
+    elif kind == "mask":
+        rl.collate = inverted  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        rl.ppo_loss, rl.collate = real_loss, real_collate  # type: ignore[assignment]
+
+
+def rl_from_cold_start(
+    cold: ColdStart,
+    out: Path,
+    *,
+    lr: float = LR,
+    steps: int,
+    sabotage: str = "",
+    eval_at: Sequence[int] = (),
+) -> dict[int, Evaluation]:
+    """One RL run from `cold`'s SFT policy; the held-out evaluation after `steps` and after each
+    step in `eval_at` (read from the run's checkpoints; the schedule is constant, so step 16 of a
+    32-step run is the 16-step run)."""
+    from paravt.train.rl import train_rl
+
+    every = math.gcd(*eval_at) if eval_at else 0
+    if any(s > steps for s in eval_at):
+        raise ValueError(f"eval_at {list(eval_at)} goes past the run's {steps} steps")
+    recipe = rl_recipe(
+        out,
+        cold.sft_model,
+        cold.data.rl,
+        seed=cold.seed,
+        steps=steps,
+        lr=lr,
+        extra=[
+            "logging.progress=false",
+            f"checkpoint.every_steps={every}",
+            f"checkpoint.keep_last={steps // every if every else 1}",
+        ],
+    )
+    with sabotaged(sabotage):
+        final = train_rl(recipe)
+    results = {steps: evaluate_held_out(final, recipe, cold.held)}
+    for s in eval_at:
+        if s != steps:
+            results[s] = evaluate_held_out(out / "checkpoints" / f"step-{s:06d}", recipe, cold.held)
+    return dict(sorted(results.items()))
+
+
+@dataclass(frozen=True)
+class PairedGain:
+    """`after - before` on the held-out prompts of one or more seeds, paired by prompt."""
+
+    key: str
+    mean: float
+    se: float
+    n: int  # prompts (over all seeds)
+
+    @property
+    def z(self) -> float:
+        """The gain in standard errors (inf when every prompt moved by the same amount)."""
+        if self.se > 0:
+            return self.mean / self.se
+        return math.copysign(math.inf, self.mean) if self.mean else 0.0
+
+    def __str__(self) -> str:
+        return f"{self.key} {self.mean:+.3f} ± {self.se:.3f} ({self.z:+.1f} SE, n={self.n})"
+
+
+def pooled_gain(runs: Sequence[tuple[Evaluation, Evaluation]], key: str) -> PairedGain:
+    """The paired gain in `key` over the prompts of every (before, after) pair in `runs`."""
+    diffs = [
+        after.per_prompt[p][key] - before.per_prompt[p][key]
+        for before, after in runs
+        for p in before.per_prompt
+    ]
+    m, se = mean_and_se(diffs)
+    return PairedGain(key, m, se, len(diffs))
+
+
+# The learning test's verdict, chosen from the measured distribution over seeds x torch threads x
+# CPU kernels (experiments/learning_distribution.py; paravt-train's README has the table).
+LEARNING_SEEDS = (0, 1)
+LEARNING_RL_STEPS = 32
+LEARNING_THREADS = 2
+# The pooled held-out gains that count as learning: each metric by its margin and by that many
+# standard errors.
+ACCURACY_MARGIN, ACCURACY_Z = 0.08, 2.0
+REWARD_MARGIN, REWARD_Z = 0.30, 5.0
+
+
+def learned(gains: dict[str, PairedGain]) -> bool:
+    """Whether held-out accuracy and reward both rose by their margin and by their number of
+    standard errors (gains pooled over the seeds' prompts, paired by prompt)."""
+    acc, reward = gains["accuracy"], gains["reward"]
+    return (
+        acc.mean >= ACCURACY_MARGIN
+        and acc.z >= ACCURACY_Z
+        and reward.mean >= REWARD_MARGIN
+        and reward.z >= REWARD_Z
+    )

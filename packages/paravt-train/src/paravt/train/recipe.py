@@ -85,8 +85,8 @@ class OptimSpec(_Strict):
 class DistributedSpec(_Strict):
     strategy: Literal["none", "fsdp2", "deepspeed"] = Field(
         "none",
-        description="'none': one process (or plain DDP-free ranks); 'fsdp2': torch fully_shard "
-        "under torchrun; 'deepspeed': DeepSpeed ZeRO (stage below).",
+        description="'none': one process (refused under torchrun with WORLD_SIZE > 1); 'fsdp2': "
+        "torch fully_shard under torchrun; 'deepspeed': DeepSpeed ZeRO (stage below).",
     )
     zero_stage: Literal[2, 3] = Field(2, description="DeepSpeed ZeRO stage (2 or 3).")
     backend: Literal["auto", "gloo", "nccl"] = Field(
@@ -156,8 +156,11 @@ class SynthSpec(_Strict):
     sft_overview_frames: int = Field(
         32, ge=1, description="Overview frames K of the main-agent teacher traces."
     )
-    crop_max_frames: int = Field(
-        16, ge=1, description="Frames per crop in the teacher traces (match video.max_crop_frames)."
+    crop_max_frames: int | None = Field(
+        None,
+        ge=1,
+        description="Frames per crop in the teacher traces (default: the recipe's "
+        "video.max_crop_frames, so every frame a trace describes is shown).",
     )
     layout: Literal["cue", "single"] = Field(
         "cue",
@@ -215,6 +218,13 @@ class _RecipeBase(_Strict):
     distributed: DistributedSpec = Field(default_factory=DistributedSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     logging: LoggingSpec = Field(default_factory=LoggingSpec)
+
+    @model_validator(mode="after")
+    def _synth_crops_as_shown(self) -> _RecipeBase:
+        synth = self.data.synth
+        if synth is not None and synth.crop_max_frames is None:
+            synth.crop_max_frames = self.video.max_crop_frames
+        return self
 
 
 # --------------------------------------------------------------------------------------------------
@@ -289,6 +299,19 @@ class SGLangServerSpec(_Strict):
         "update and resume it before the weight push (servers need --enable-memory-saver).",
     )
     timeout_s: float = Field(900.0, gt=0, description="One generation request at most.")
+    stall_warn_s: float = Field(
+        60.0,
+        gt=0,
+        description="Warn (naming the server and the requests in flight) when requests are in "
+        "flight and nothing has come back for this long; again every stall_warn_s.",
+    )
+    stall_dead_s: float = Field(
+        300.0,
+        gt=0,
+        description="After this long with requests in flight and nothing back, the server is "
+        "declared dead and the run stops with an error naming it (the last checkpoint stays; "
+        "--resume continues from it).",
+    )
     connect_timeout_s: float = Field(10.0, gt=0, description="Opening a connection at most.")
     retries: int = Field(3, ge=0, description="Extra attempts on connection errors and 5xx.")
     backoff_s: float = Field(0.5, ge=0, description="First wait between attempts (doubles).")
@@ -303,8 +326,17 @@ class SGLangServerSpec(_Strict):
     )
     verify_sync: bool = Field(
         False,
-        description="After every push, compare the servers' log-probs of a fixed sequence with the "
-        "policy's (metric sync/logprob_max_abs_diff; one small forward pass).",
+        description="After every push, check that every weight URL serves the pushed version and "
+        "that its log-probs of a fixed sequence are within verify_sync_tolerance of the policy's "
+        "(metric sync/logprob_max_abs_diff; one small forward pass). On a mismatch the weights "
+        "are pushed once more; a second mismatch stops the run with an error naming the server.",
+    )
+    verify_sync_tolerance: float = Field(
+        1.0,
+        gt=0,
+        description="verify_sync: the largest log-prob difference accepted (bf16 noise is "
+        "expected near 1e-2, not measured here). It catches weights loaded wrong; a push that "
+        "never arrived is caught by the weight version.",
     )
 
 
@@ -413,6 +445,13 @@ class AdvantageSpec(_Strict):
         False,
         description="Add the anchor reward only at structural-token positions (per-token "
         "advantages) instead of the sequence-level scalar.",
+    )
+    zero_signal_warn_steps: int = Field(
+        3,
+        ge=0,
+        description="Warn when this many consecutive steps had equal rewards within every group "
+        "(zero advantages: no learning signal; metric advantage/zero_groups_frac), and again "
+        "every as many steps while it lasts. 0: never warn.",
     )
 
 

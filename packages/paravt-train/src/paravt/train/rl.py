@@ -230,6 +230,37 @@ def global_group_advantages(totals: list[float], group_size: int, config: Any) -
     return advantages[offset : offset + len(totals)]
 
 
+def zero_groups_frac(totals: Sequence[float], group_size: int) -> float:
+    """The share of groups (consecutive `group_size` rollouts) whose rewards are all equal: their
+    outcome advantages are zero, so the step learns nothing from them."""
+    groups = [totals[i : i + group_size] for i in range(0, len(totals), group_size)]
+    if not groups:
+        return 0.0
+    return sum(max(g) - min(g) < 1e-9 for g in groups) / len(groups)
+
+
+class NoSignalWatch:
+    """Counts consecutive steps in which every group's rewards were equal and warns (rank 0) after
+    `after` of them, then every `after` steps while it lasts (0: never)."""
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+        self.streak = 0
+
+    def update(self, step: int, zero_groups_frac: float) -> None:
+        self.streak = self.streak + 1 if zero_groups_frac >= 1.0 - 1e-9 else 0
+        if self.after and self.streak and self.streak % self.after == 0 and _is_rank0():
+            log.warning(
+                "steps %d-%d: no learning signal: in every group all rollouts got the same "
+                "reward (advantage/zero_groups_frac = 1), so every outcome advantage is zero. "
+                "Likely causes: an untrained or random model on the rollout server (every answer "
+                "equally wrong or malformed: check model.path and the server's --model-path), or "
+                "a reward that cannot vary (check reward.* and the data's answers)",
+                step - self.streak + 1,
+                step,
+            )
+
+
 def _turn_offsets(engine: Any, ids: Sequence[int], prefix: str) -> list[tuple[int, int]]:
     """Character span of each generated token in `prefix + text` (tokens decoded one by one)."""
     spans, pos = [], len(prefix)
@@ -470,6 +501,11 @@ def update(
 # Engines
 
 
+class WeightSyncError(RuntimeError):
+    """The rollout servers do not hold the weights the trainer pushed, even after a second push
+    (the message names the server, the expected and the served weight version)."""
+
+
 class PolicyEngine:
     """The rollout engine of a run and how it follows the policy's weights.
 
@@ -536,6 +572,8 @@ class PolicyEngine:
                 backoff_s=spec.backoff_s,
                 max_in_flight=spec.max_in_flight,
                 stale_versions=stale_versions,
+                stall_warn_s=spec.stall_warn_s,
+                stall_dead_s=spec.stall_dead_s,
             )
             engine.health()  # every rank: fail fast, naming the servers that do not answer
             return engine
@@ -571,11 +609,33 @@ class PolicyEngine:
             self.engine.release_memory()
 
     def _sync_server(self) -> dict[str, float]:
-        """Push the policy's weights to the servers as version `step-<step>`: every rank gathers
-        the full state bucket by bucket (collective), rank 0 writes or broadcasts it and asks the
-        servers to load it, all ranks meet at a barrier, then expect the new version."""
+        """Push the policy's weights to the servers as version `step-<step>`. With `verify_sync`,
+        check that the servers hold them; if not, push once more, and if they still do not, stop
+        the run (`WeightSyncError`) rather than train on rollouts of other weights."""
         t0 = time.perf_counter()
         version = f"step-{self.step}"
+        self._push_server(version)
+        metrics = {"sync/push_s": time.perf_counter() - t0}
+        if not self.server.verify_sync:
+            return metrics
+        diff, problem = self._verify_sync(version)
+        if problem:
+            log.warning("weight sync: %s; pushing %s again", problem, version)
+            self._push_server(version)
+            diff, problem = self._verify_sync(version)
+            if problem:
+                raise WeightSyncError(
+                    f"weight sync failed twice: {problem}. The run stops rather than train on "
+                    "rollouts of other weights: check the server's log for its weight load (with "
+                    f"weight_sync=disk it must read {self.weight_dir} under the same path)"
+                )
+        metrics["sync/logprob_max_abs_diff"] = diff
+        return metrics
+
+    def _push_server(self, version: str) -> None:
+        """Every rank gathers the full state bucket by bucket (collective), rank 0 writes or
+        broadcasts it and asks the servers to load it as `version`, all ranks meet at a barrier,
+        then expect the new version."""
         spec = self.server
         bucket_bytes = self.WEIGHT_BUCKET_BYTES
         if spec.weight_sync == "distributed":
@@ -618,14 +678,12 @@ class PolicyEngine:
                 pass
         barrier()
         self.engine.expected_weight_version = version
-        metrics = {"sync/push_s": time.perf_counter() - t0}
-        if spec.verify_sync:
-            metrics["sync/logprob_max_abs_diff"] = self._verify_sync()
-        return metrics
 
-    def _verify_sync(self) -> float:
-        """The largest difference between the server's log-probs of a fixed sequence and the
-        policy's own (temperature 1). Collective: every rank runs the forward pass."""
+    def _verify_sync(self, version: str) -> tuple[float, str]:
+        """Whether the servers hold the policy's weights as `version`: the largest difference
+        between a server's log-probs of a fixed sequence and the policy's own (temperature 1),
+        and what is wrong ("" if nothing). Collective: every rank runs the forward pass, rank 0
+        asks the servers, and every rank gets the verdict."""
         text = "<|im_start|>user\nWhat colour is the square?<|im_end|>\n<|im_start|>assistant\n"
         ids = self.engine.tokenizer(text, add_special_tokens=False)["input_ids"]
         seq = Sequence_(list(ids), [1] * len(ids), [], [0.0] * len(ids), [0.0] * len(ids))
@@ -637,11 +695,40 @@ class PolicyEngine:
         )
         with torch.no_grad():
             mine = token_logprobs(self.backend.forward_module(), batch)[0, 1:].float().cpu()
-        diff = 0.0
+        diff, problem = 0.0, ""
         if _is_rank0():
-            theirs = torch.tensor(self.engine.score(ids))
-            diff = float((theirs - mine).abs().max())
-        return all_reduce_sum([diff])[0]
+            diff, problem = self._check_servers(version, list(ids), mine)
+        diff, failed = all_reduce_sum([diff, float(bool(problem))])
+        if failed and not problem:
+            problem = (
+                "trainer rank 0 found a rollout server without the pushed weights (see its log)"
+            )
+        return diff, problem
+
+    def _check_servers(self, version: str, ids: list[int], mine: torch.Tensor) -> tuple[float, str]:
+        """Rank 0: every weight URL's served version, then its log-probs of `ids` against `mine`."""
+        from paravt.core.engines.sglang_server import ServerError, StaleWeightsError
+
+        tolerance = self.server.verify_sync_tolerance
+        worst = 0.0
+        try:
+            for url, served in self.engine.server_weight_versions().items():
+                if served != version:
+                    return math.nan, (
+                        f"SGLang server {url} serves weight version {served!r}, expected {version!r}"
+                    )
+            for url in self.engine.weight_urls:
+                diff = float((torch.tensor(self.engine.score(ids, url=url)) - mine).abs().max())
+                worst = max(worst, diff)
+                if diff > tolerance:
+                    return worst, (
+                        f"SGLang server {url} serves weight version {version!r} as expected, but "
+                        f"its log-probs of a fixed sequence differ from the trainer's by up to "
+                        f"{diff:.3g} (rollout.server.verify_sync_tolerance={tolerance:g})"
+                    )
+        except (ServerError, StaleWeightsError) as exc:
+            return math.nan, str(exc)
+        return worst, ""
 
     def _push(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
         targets = self.replica.state_dict()
@@ -687,6 +774,17 @@ def build_reward_config(recipe: RLRecipe) -> Any:
     if recipe.advantage.token_level_anchoring:
         config = config.model_copy(update={"anchoring": "token"})
     return config
+
+
+def resume_hint(out: Path, recipe: RLRecipe) -> str:
+    """Where a stopped run can continue from: its last complete checkpoint, or none."""
+    last = latest_checkpoint(out)
+    if last is None:
+        return (
+            f"No checkpoint was written yet (checkpoint.every_steps={recipe.checkpoint.every_steps})"
+            "; a rerun starts over"
+        )
+    return f"The last complete checkpoint is {last}: fix the cause and rerun with --resume"
 
 
 def train_rl(
@@ -807,6 +905,8 @@ def train_rl(
         log.info(
             "asynchronous rollouts: up to %d steps ahead of training", recipe.rollout.max_staleness
         )
+    no_signal = NoSignalWatch(recipe.advantage.zero_signal_warn_steps)
+    step = start
     try:
         for step in range(start + 1, recipe.max_steps + 1):
             t0 = time.perf_counter()
@@ -827,6 +927,9 @@ def train_rl(
             seqs = training_sequences(ro, recipe, policy.engine, reward_config)
             t2 = time.perf_counter()
             metrics = episode_metrics(ro)
+            metrics["advantage/zero_groups_frac"] = zero_groups_frac(
+                [r.total for r in ro.rewards], recipe.rollout.group_size
+            )
             policy.before_update()
             metrics.update(
                 update(
@@ -857,6 +960,7 @@ def train_rl(
                 }
             )
             metrics = all_reduce_mean(metrics)
+            no_signal.update(step, metrics["advantage/zero_groups_frac"])
             metrics["lr"] = backend.lr
             metrics["epoch"] = epoch
             logger.log(
@@ -880,10 +984,14 @@ def train_rl(
                     data_state=data_state,
                     keep_last=recipe.checkpoint.keep_last,
                 )
+    except Exception as exc:
+        if rank == 0:
+            log.error("RL stopped in step %d: %s. %s", step, exc, resume_hint(out, recipe))
+        raise
     finally:
         if producer is not None:
             producer.close()
-    logger.close()
+        logger.close()
     final = out / "final"
     if recipe.checkpoint.save_final:
         save_final(final, backend, processor)

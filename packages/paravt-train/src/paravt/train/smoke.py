@@ -9,27 +9,26 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import resource
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from paravt.train.miniature import (
     EVAL_VIDEOS,
     GATED_K,
     RL_STEPS,
     RL_VIDEOS,
+    SCORES,
     SFT_VIDEOS,
+    Evaluation,
+    evaluate_held_out,
     make_task_data,
+    paired,
     rl_recipe,
     sft_recipe,
 )
 from paravt.train.plot import plot_runs
-from paravt.train.recipe import RLRecipe
 
 log = logging.getLogger("paravt.train")
 
@@ -39,75 +38,6 @@ def _peak_rss_gib() -> tuple[float, float]:
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
     return own, kids
-
-
-@dataclass
-class Evaluation:
-    """Per-episode scores of one model on the held-out prompts (`group_size` episodes each)."""
-
-    metrics: dict[str, float]
-    per_prompt: dict[str, dict[str, float]]  # prompt key -> mean of each score over its episodes
-
-    def mean_se(self, key: str) -> tuple[float, float]:
-        """Mean over prompts and its standard error (prompts are the independent units)."""
-        return mean_and_se([v[key] for v in self.per_prompt.values()])
-
-
-SCORES = ("accuracy", "reward", "tool_use", "format")
-
-
-def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
-    n = len(values)
-    if n == 0:
-        return math.nan, math.nan
-    m = sum(values) / n
-    if n < 2:
-        return m, math.nan
-    var = sum((v - m) ** 2 for v in values) / (n - 1)
-    return m, math.sqrt(var / n)
-
-
-def evaluate_held_out(model: Path, recipe: RLRecipe, examples: Sequence[Any]) -> Evaluation:
-    """`paravt.train.rl`'s rollout and scoring of `model` on `examples` (the recipe's temperature,
-    gate and group size; fixed seed), kept per prompt for standard errors and paired differences."""
-    from paravt.core.engines.hf import HFEngine
-    from paravt.train.frames import FrameSource
-    from paravt.train.modeling import load_model_and_processor, pick_device
-    from paravt.train.rl import (
-        build_gate,
-        build_reward_config,
-        episode_metrics,
-        rollout,
-        score_rollouts,
-    )
-
-    device = pick_device(recipe.distributed.device)
-    net, processor = load_model_and_processor(recipe.model, device, path=model)
-    engine = HFEngine(net, processor)
-    ro = rollout(
-        list(examples),
-        engine,
-        FrameSource(recipe.video),
-        build_gate(recipe),
-        recipe,
-        epoch=0,
-        seed=12345,
-    )
-    score_rollouts(ro, build_reward_config(recipe), recipe)
-    sums: dict[str, dict[str, list[float]]] = {}
-    for ep, ex, r in zip(ro.episodes, ro.examples, ro.rewards):
-        row = sums.setdefault(ex.key, {k: [] for k in SCORES})
-        row["accuracy"].append(r.accuracy)
-        row["reward"].append(r.total)
-        row["tool_use"].append(float(ep.num_tool_calls > 0))
-        row["format"].append(r.format)
-    per_prompt = {k: {s: sum(v) / len(v) for s, v in row.items()} for k, row in sums.items()}
-    return Evaluation(episode_metrics(ro), per_prompt)
-
-
-def _paired(after: Evaluation, before: Evaluation, key: str) -> tuple[float, float]:
-    diffs = [after.per_prompt[k][key] - before.per_prompt[k][key] for k in before.per_prompt]
-    return mean_and_se(diffs)
 
 
 def run_smoke(out: Path, *, sft_steps: int | None = None, rl_steps: int | None = None) -> Path:
@@ -171,7 +101,7 @@ def run_smoke(out: Path, *, sft_steps: int | None = None, rl_steps: int | None =
     }
     table = [
         f"| {names[k]} | {cell(base, k)} | {cell(before, k)} | {cell(after, k)} | "
-        + "{:+.3f} ± {:.3f} |".format(*_paired(after, before, k))
+        + "{:+.3f} ± {:.3f} |".format(*paired(after, before, k))
         for k in SCORES
     ]
     extra = [
@@ -183,7 +113,7 @@ def run_smoke(out: Path, *, sft_steps: int | None = None, rl_steps: int | None =
         f"{after.metrics[key]:.3f} | |"
         for name, key in extra
     ]
-    acc_diff, acc_se = _paired(after, before, "accuracy")
+    acc_diff, acc_se = paired(after, before, "accuracy")
     verdict = (
         f"RL raised held-out accuracy by {acc_diff:+.3f} (paired standard error {acc_se:.3f}, "
         f"n = {n_prompts} prompts x {group} rollouts): "

@@ -34,7 +34,9 @@ and `tokenizer_manager.py`, 0.5.x):
 Every reply's `weight_version` is checked against the version the trainer last pushed
 (`expected_weight_version`): a rollout never uses stale weights unknowingly. Requests have timeouts
 and are retried with exponential backoff on connection errors and 5xx answers; when a server stays
-unreachable a `ServerError` names its URL.
+unreachable a `ServerError` names its URL. A server that accepts generation requests and answers
+none is reported: a warning every `stall_warn_s` while requests wait on it with nothing back, and a
+`ServerError` (the server declared dead) after `stall_dead_s`.
 
 Both weight paths are exercised on CPU against `paravt.core.fake_sglang` (our stand-in server; the
 distributed one over gloo, with the stand-in joining the group the way `WeightUpdateGroup` forms
@@ -145,8 +147,12 @@ class SGLangServerEngine(HFChatEncoder):
     last pushed, or one of the `stale_versions` pushed before it (asynchronous training with
     bounded staleness: a rollout started before a push may end after it). `send_seed`: send
     `SamplingParams.seed` as `sampling_seed` (SGLang honours it only with
-    `--enable-deterministic-inference`; older servers reject the key). `transport`, `sync_transport`:
-    httpx transports for the async and sync clients (tests).
+    `--enable-deterministic-inference`; older servers reject the key). `stall_warn_s`,
+    `stall_dead_s`: while generation requests to a server are in flight and none has come back for
+    `stall_warn_s`, a warning names the server and the requests in flight (again every
+    `stall_warn_s`); after `stall_dead_s` the server is declared dead: its requests, and any sent
+    to it later, raise `ServerError`. `transport`, `sync_transport`: httpx transports for the async
+    and sync clients (tests).
     """
 
     continuous_batching = True  # the server batches: the runtime sends requests one by one
@@ -167,11 +173,17 @@ class SGLangServerEngine(HFChatEncoder):
         check_weight_version: bool = True,
         stale_versions: int = 0,
         send_seed: bool = False,
+        stall_warn_s: float = 60.0,
+        stall_dead_s: float = 300.0,
         transport: Any = None,
         sync_transport: Any = None,
     ) -> None:
         if timeout_s <= 0 or connect_timeout_s <= 0:
             raise ValueError("timeout_s and connect_timeout_s must be positive")
+        if stall_warn_s <= 0 or stall_dead_s <= 0:
+            raise ValueError(
+                f"stall_warn_s ({stall_warn_s}) and stall_dead_s ({stall_dead_s}) must be positive"
+            )
         if retries < 0 or backoff_s < 0:
             raise ValueError("retries and backoff_s must be >= 0")
         if max_in_flight < 1:
@@ -195,6 +207,13 @@ class SGLangServerEngine(HFChatEncoder):
         self._transport = transport
         self._sync_transport = sync_transport
         self._in_flight = dict.fromkeys(self.urls, 0)
+        self.stall_warn_s = stall_warn_s
+        self.stall_dead_s = stall_dead_s
+        # Per URL: when something last came back (or requests began to wait), the stall warnings
+        # logged since, and why a server was declared dead.
+        self._quiet_since = dict.fromkeys(self.urls, time.monotonic())
+        self._stall_warnings = dict.fromkeys(self.urls, 0)
+        self._dead: dict[str, str] = {}
         # One httpx client and one semaphore per event loop (both bind to the loop they first run
         # on; the trainer calls asyncio.run once per step).
         self._urls: OrderedDict[int, tuple[weakref.ref[Any], str]] = OrderedDict()
@@ -372,10 +391,11 @@ class SGLangServerEngine(HFChatEncoder):
             if attempt:
                 await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
             try:
-                response = await client.post(url, json=body)
+                response = await self._watched(client.post(url, json=body), base)
             except httpx.TransportError as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 continue
+            self._restart_stall_clock(base)
             last = _retry_reason(url, response)
             if last:
                 continue
@@ -418,6 +438,51 @@ class SGLangServerEngine(HFChatEncoder):
     def _pick_url(self) -> str:
         return min(self.urls, key=lambda u: self._in_flight[u])
 
+    # ------------------------------------------------------------------------- stalled servers
+
+    def _restart_stall_clock(self, url: str) -> None:
+        """Something came back from `url`, or requests begin to wait on it: its stall clock
+        restarts."""
+        self._quiet_since[url] = time.monotonic()
+        self._stall_warnings[url] = 0
+
+    async def _watched(self, request: Any, url: str) -> Any:
+        """Await `request` (to `url`), checking meanwhile whether that server has stalled."""
+        task = asyncio.ensure_future(request)
+        tick = min(1.0, self.stall_warn_s / 4, self.stall_dead_s / 4)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=tick)
+                if done:
+                    return task.result()
+                self._check_stall(url)
+        finally:
+            task.cancel()  # no-op once done; a dead server's request is abandoned
+
+    def _check_stall(self, url: str) -> None:
+        """Warn every `stall_warn_s` while `url` has requests in flight and nothing came back;
+        past `stall_dead_s` declare it dead (`ServerError`)."""
+        quiet = time.monotonic() - self._quiet_since[url]
+        waiting = self._in_flight[url]
+        if quiet >= self.stall_dead_s:
+            self._dead.setdefault(
+                url,
+                f"SGLang server {url} sent nothing back for {quiet:.0f} s with {waiting} "
+                f"request(s) in flight: declared dead (stall_dead_s={self.stall_dead_s:g}). "
+                "Check its log (out of memory? a hung GPU?) and restart it.",
+            )
+            raise ServerError(self._dead[url])
+        if quiet >= (self._stall_warnings[url] + 1) * self.stall_warn_s:
+            self._stall_warnings[url] = int(quiet // self.stall_warn_s)
+            log.warning(
+                "SGLang server %s has sent nothing back for %.0f s with %d request(s) in flight "
+                "(declared dead after %g s)",
+                url,
+                quiet,
+                waiting,
+                self.stall_dead_s,
+            )
+
     # -------------------------------------------------------------------------------- generation
 
     async def generate(
@@ -436,6 +501,10 @@ class SGLangServerEngine(HFChatEncoder):
         _, limit = self._loop_state()
         async with limit:
             url = self._pick_url()
+            if url in self._dead:
+                raise ServerError(self._dead[url])
+            if not self._in_flight[url]:
+                self._restart_stall_clock(url)  # nothing was waiting on it until now
             self._in_flight[url] += 1
             try:
                 reply = await self._post_async(url, "/generate", body)
