@@ -9,21 +9,24 @@ alone, so the SFT policy calls the tool on only some prompts. RL with the real r
 `crop_video` on real mp4 files and real sub-agents must then raise held-out accuracy and reward.
 
 The verdict is built to hold on any CPU (paravt-train's README has the measured distribution over
-seeds x torch threads x CPU kernels, and why these numbers): for each seed in `SEEDS` a cold start,
-then `RL_STEPS` PARA-GRPO steps; the held-out gains (after - before, paired by prompt, pooled over
-the seeds' prompts) must clear both an absolute margin and a number of standard errors, for accuracy
-and for reward. The same runs with learning rate 0 and with the policy-gradient sign flipped run
-in CI and must fail that verdict; the inverted loss mask is a third control
-(`PARAVT_LEARNING_CONTROLS=1`). Torch runs `THREADS` intra-op threads here whatever the machine's
-core count, one of the measured settings.
+seeds x torch threads x CPU kernels, and why these numbers): for each seed in `SEEDS` a cold start
+and `RL_STEPS` PARA-GRPO steps; the held-out gains (after - before, paired by prompt, pooled over
+the seeds' prompts) must clear an absolute margin and a number of standard errors, for accuracy and
+for reward (`paravt.train.miniature.learned`). The same runs with learning rate 0 and with the
+policy-gradient sign flipped run here too and must fail that verdict; the inverted loss mask is a
+third control (`PARAVT_LEARNING_CONTROLS=1`). Each seed is one process of
+`experiments/learning_distribution.py` with one torch thread, whatever the machine's core count
+(a measured setting), the seeds side by side.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,17 +36,12 @@ from paravt.train.miniature import (
     LEARNING_RL_STEPS,
     LEARNING_SEEDS,
     LEARNING_THREADS,
-    LR,
-    LR_ZERO,
     REWARD_MARGIN,
     REWARD_Z,
-    ColdStart,
     Evaluation,
     PairedGain,
-    cold_start,
     learned,
     pooled_gain,
-    rl_from_cold_start,
 )
 
 SEEDS = (
@@ -51,51 +49,65 @@ SEEDS = (
     or LEARNING_SEEDS
 )
 RL_STEPS = int(os.environ.get("PARAVT_RL_STEPS", str(LEARNING_RL_STEPS)))
-THREADS = LEARNING_THREADS
 CONTROLS = os.environ.get("PARAVT_LEARNING_CONTROLS", "") == "1"
+CELL_SCRIPT = Path(__file__).resolve().parents[3] / "experiments" / "learning_distribution.py"
+CELL_TIMEOUT_S = 3600
 
 
 @pytest.fixture(scope="module")
-def pinned_threads() -> Iterator[None]:
-    import torch
+def cells(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) -> dict[int, Any]:
+    """One measured cell per seed, the seeds in parallel: each a process with one torch thread
+    (`LEARNING_THREADS`), whatever the machine's core count, running the cold start, PARA-GRPO and
+    the controls exactly as `experiments/learning_distribution.py` measured them."""
+    root = tmp_path_factory.mktemp("learning")
+    controls = ["lr0", "sign", *(["mask"] if CONTROLS else [])]
+    env = {**os.environ, "OMP_NUM_THREADS": str(LEARNING_THREADS), "HF_HUB_OFFLINE": "1"}
+    procs = {}
+    for seed in SEEDS:
+        cmd = [
+            sys.executable,
+            str(CELL_SCRIPT),
+            f"--seed={seed}",
+            f"--threads={LEARNING_THREADS}",
+            f"--eval-at={RL_STEPS}",
+            "--controls",
+            *controls,
+            f"--out={root / f'seed{seed}.json'}",
+        ]
+        log = (root / f"seed{seed}.log").open("w")
+        procs[seed] = (subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log)
+    out: dict[int, Any] = {}
+    for seed, (proc, log) in procs.items():
+        try:
+            code = proc.wait(timeout=CELL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            for other, _ in procs.values():
+                other.kill()
+            code = -9
+        log.close()
+        tail = (root / f"seed{seed}.log").read_text()[-3000:]
+        assert code == 0, f"the learning cell of seed {seed} failed (exit {code}):\n{tail}"
+        out[seed] = json.loads((root / f"seed{seed}.json").read_text())
+    return out
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(THREADS)
-    yield
-    torch.set_num_threads(before)
 
+def gains_of(cells: dict[int, Any], run: str) -> dict[str, PairedGain]:
+    """`run`'s held-out gains after `RL_STEPS`, pooled over the seeds (printed as JSON)."""
 
-@pytest.fixture(scope="module")
-def cold_starts(
-    tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path, pinned_threads: None
-) -> list[ColdStart]:
-    """One cold start per seed (task data, 500 SFT steps, the SFT policy's held-out scores)."""
-    return [
-        cold_start(tmp_path_factory.mktemp(f"learning-seed{seed}"), tiny_model_path, seed=seed)
-        for seed in SEEDS
-    ]
+    def ev(d: dict[str, Any]) -> Evaluation:
+        return Evaluation(d["metrics"], d["per_prompt"])
 
-
-def train_and_gain(
-    colds: list[ColdStart], out: Path, *, lr: float, sabotage: str = ""
-) -> dict[str, PairedGain]:
-    """One RL run per seed from its cold start; the pooled held-out gains (printed as JSON)."""
-    pairs: list[tuple[Evaluation, Evaluation]] = []
-    for cold in colds:
-        after = rl_from_cold_start(
-            cold, out / f"seed{cold.seed}", lr=lr, steps=RL_STEPS, sabotage=sabotage
-        )[RL_STEPS]
-        pairs.append((cold.before, after))
+    pairs = [(ev(c["before"]), ev(c[run][str(RL_STEPS)])) for c in cells.values()]
     gains = {k: pooled_gain(pairs, k) for k in ("accuracy", "reward", "tool_use")}
+    shown = {"accuracy": "accuracy", "reward": "reward/total", "tool_use": "tool_use_rate"}
     report = {
-        "lr": lr,
-        "sabotage": sabotage or None,
-        "seeds": list(SEEDS),
+        "run": run,
         "steps": RL_STEPS,
-        "per_seed": [
-            {k: [round(b.metrics[m], 3), round(a.metrics[m], 3)] for k, m in _SHOWN.items()}
-            for b, a in pairs
-        ],
+        "capability": sorted({c["capability"] for c in cells.values()}),
+        "per_seed": {
+            seed: {k: [round(b.metrics[m], 3), round(a.metrics[m], 3)] for k, m in shown.items()}
+            for seed, (b, a) in zip(cells, pairs)
+        },
         "gains": {k: str(g) for k, g in gains.items()},
         "learned": learned(gains),
     }
@@ -103,22 +115,15 @@ def train_and_gain(
     return gains
 
 
-_SHOWN = {"accuracy": "accuracy", "reward": "reward/total", "tool_use": "tool_use_rate"}
-
-
 @pytest.mark.slow
-def test_para_grpo_raises_held_out_accuracy_and_reward(
-    cold_starts: list[ColdStart], tmp_path: Path
-) -> None:
-    gains = train_and_gain(cold_starts, tmp_path, lr=LR)
+def test_para_grpo_raises_held_out_accuracy_and_reward(cells: dict[int, Any]) -> None:
+    gains = gains_of(cells, "para_grpo")
     assert learned(gains), gains
 
 
 @pytest.mark.slow
-def test_the_same_runs_with_learning_rate_zero_do_not_learn(
-    cold_starts: list[ColdStart], tmp_path: Path
-) -> None:
-    gains = train_and_gain(cold_starts, tmp_path, lr=LR_ZERO)
+def test_the_same_runs_with_learning_rate_zero_do_not_learn(cells: dict[int, Any]) -> None:
+    gains = gains_of(cells, "lr0")
     assert not learned(gains), gains
     # No weight moves, and the evaluation is seeded: the SFT policy's scores, exactly.
     assert gains["accuracy"].mean == 0 and gains["reward"].mean == 0, gains
@@ -126,12 +131,10 @@ def test_the_same_runs_with_learning_rate_zero_do_not_learn(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sign", "mask"])
-def test_a_sabotaged_trainer_does_not_learn(
-    cold_starts: list[ColdStart], tmp_path: Path, kind: str
-) -> None:
+def test_a_sabotaged_trainer_does_not_learn(cells: dict[int, Any], kind: str) -> None:
     if kind == "mask" and not CONTROLS:
         pytest.skip("a third control (one more RL run per seed): PARAVT_LEARNING_CONTROLS=1")
-    gains = train_and_gain(cold_starts, tmp_path, lr=LR, sabotage=kind)
+    gains = gains_of(cells, kind)
     assert not learned(gains), (kind, gains)
 
 

@@ -466,7 +466,7 @@ def pooled_gain(runs: Sequence[tuple[Evaluation, Evaluation]], key: str) -> Pair
 # CPU kernels (experiments/learning_distribution.py; paravt-train's README has the table).
 LEARNING_SEEDS = (0, 1)
 LEARNING_RL_STEPS = 32
-LEARNING_THREADS = 2
+LEARNING_THREADS = 1
 # The pooled held-out gains that count as learning: each metric by its margin and by that many
 # standard errors.
 ACCURACY_MARGIN, ACCURACY_Z = 0.08, 2.0
