@@ -209,6 +209,7 @@ def _run(schedule: str, base_url: str) -> dict[str, Any]:
     config = EvalConfig(
         base_url=base_url,
         model="fake",
+        protocol="paravt",  # sub-agent requests, as measured (a served model defaults to paper)
         main_nframes=4,
         concurrency=CONCURRENCY,
         batch_size=CONCURRENCY,

@@ -148,4 +148,50 @@ def test_driver_span(text, span):
 def test_grounding_answers_reach_scorers_as_a_dash_span():
     assert PARAVT_PROTOCOL.extract_answer("", "[12.0, 20.0]", "grounding") == "12.0 - 20.0"
     assert PARAVT_PROTOCOL.extract_answer("", "B", "mcq") == "B"
-    assert PAPER_PROTOCOL.extract_answer("full reply B", "B", "mcq") == "full reply B"
+    # paper: the driver's letter alone, not the reply (whose reasoning may name other letters)
+    assert (
+        PAPER_PROTOCOL.extract_answer("<think>not A</think><answer>B</answer>", "B", "mcq") == "B"
+    )
+    assert PAPER_PROTOCOL.extract_answer("[12.0, 20.25]", None, "grounding") == "12.0 - 20.25"
+
+
+@pytest.mark.parametrize(
+    ("reply", "kind", "scored"),
+    [
+        # the <answer> block wins over letters in the reasoning, closed think or not
+        ("<think>It is not A, nor C.</think><answer>B</answer>", "mcq", "B"),
+        ("<think>A? no, the rider is on a bike <answer>B</answer>", "mcq", "B"),
+        # no answer block (a think cut off by max_tokens): the driver's first standalone letter
+        ("<think>A horse would be taller, so the answer", "mcq", "A"),
+        # an empty answer block: the driver reads the rest of the reply; nothing there, nothing
+        ("<think>C fits.</think><answer></answer>", "mcq", "C"),
+        ("<think>hmm</think><answer> </answer>", "mcq", ""),
+        ("none of these", "mcq", ""),  # the driver's pred 'n' is no option letter
+        ("", "mcq", ""),
+        # spans: seconds, clock times, bracket pairs, precision kept; none, reversed or empty -> ''
+        ("The event happens in the 2.0 - 6.5 seconds.", "grounding", "2.0 - 6.5"),
+        ("<time>00:19.7 - 00:25.6</time>", "grounding", "19.7 - 25.6"),
+        ("from 1:05 – 1:30", "grounding", "65.0 - 90.0"),
+        ("<answer>[5.5, 8.25]</answer>", "grounding", "5.5 - 8.25"),
+        ("starting at 3.125 and ending at 9", "grounding", "3.125 - 9.0"),
+        ("begin 6.5 end 2", "grounding", ""),
+        ("3 - 3", "grounding", ""),
+        ("nothing here", "grounding", ""),
+    ],
+)
+def test_paper_answers_reach_scorers_as_the_drivers_prediction(reply, kind, scored):
+    assert PAPER_PROTOCOL.extract_answer(reply, None, kind) == scored
+
+
+def test_paper_grounding_questions_take_the_drivers_charades_mode():
+    assert PAPER_PROTOCOL.prompt_mode == "agentic_general"
+    grounding = PAPER_PROTOCOL.for_question("grounding")
+    assert grounding.prompt_mode == "agentic_minimal"
+    assert (
+        grounding.system_prompt()
+        == PAPER_PROTOCOL.with_overrides(prompt_mode="agentic_minimal").system_prompt()
+    )
+    assert PAPER_PROTOCOL.for_question("mcq") is PAPER_PROTOCOL
+    assert PARAVT_PROTOCOL.for_question("grounding") is PARAVT_PROTOCOL
+    cleared = PAPER_PROTOCOL.with_overrides(grounding_prompt_mode=None)
+    assert cleared.for_question("grounding").prompt_mode == "agentic_general"

@@ -45,7 +45,8 @@ class FakeSource:
 
 @pytest.fixture
 def config(tmp_path):
-    return EvalConfig(pretrained=str(tmp_path), main_nframes=4, batch_size=2)
+    # replies in paravt's form (sub-agent summaries): this project's protocol, named
+    return EvalConfig(pretrained=str(tmp_path), protocol="paravt", main_nframes=4, batch_size=2)
 
 
 def test_a_parallel_turn_is_traced_with_windows_summaries_and_the_answer(config):
@@ -66,7 +67,9 @@ def test_a_parallel_turn_is_traced_with_windows_summaries_and_the_answer(config)
 
 
 def test_sequential_dispatch_runs_one_call_per_turn(tmp_path):
-    config = EvalConfig(pretrained=str(tmp_path), main_nframes=4, dispatch="sequential")
+    config = EvalConfig(
+        pretrained=str(tmp_path), protocol="paravt", main_nframes=4, dispatch="sequential"
+    )
     source = FakeSource()
     agent = EvalAgent(config, engine=ScriptedEngine(respond), source=source)
     [trace] = agent.run([VideoQuestion("k", "v.mp4", "What colour?")])
@@ -100,7 +103,9 @@ def test_an_engine_failure_on_one_sample_does_not_lose_the_batch(config):
 
 
 def test_direct_mode_answers_in_one_turn_without_tools(tmp_path):
-    config = EvalConfig(pretrained=str(tmp_path), main_nframes=2, prompt_mode="direct")
+    config = EvalConfig(
+        pretrained=str(tmp_path), protocol="paravt", main_nframes=2, prompt_mode="direct"
+    )
     agent = EvalAgent(config, engine=ScriptedEngine(lambda t: TWO_CALLS), source=FakeSource())
     [trace] = agent.run([VideoQuestion("k", "v.mp4", "q?")])
     assert len(trace.turns) == 1
@@ -115,17 +120,25 @@ def test_the_trace_writer_keeps_a_per_task_summary_consistent_with_the_traces(co
         VideoQuestion("a", "v.mp4", "q?", task="t1", doc_id=0),
         VideoQuestion("b", "missing", "q?", task="t1", doc_id=1),
     ]
-    writer = TraceWriter(tmp_path / "traces.jsonl")
+    writer = TraceWriter(tmp_path / "traces.jsonl", protocol=config.protocol_line())
     writer.write(agent.run(samples))
     rows = read_traces(writer.path)
     assert [r["doc_id"] for r in rows] == [0, 1]
     summary = json.loads(writer.summary_path.read_text())
+    reason = "could not prepare the sample: FileNotFoundError"
     assert summary["t1"] == {
         "samples": 2,
         "avg_tool_calls": (rows[0]["num_tool_calls"] + rows[1]["num_tool_calls"]) / 2,
         "tool_usage_rate": 0.5,
         "errored": 1,
+        "errors": {reason: {"count": 1, "example": f"doc 1: {rows[1]['error']}"}},
+        "protocol": config.protocol_line(),
     }
+    # the errored sample is handed to its scorer as an empty answer (wrong), and said why
+    assert rows[1]["response"] == "" and "missing" in rows[1]["error"]
+    assert writer.error_lines() == [
+        f"t1: 1 of 2 samples errored (scored wrong): {reason} (e.g. doc 1: {rows[1]['error']})"
+    ]
 
 
 def test_model_arguments_are_validated_with_errors_that_name_the_fix(tmp_path):
@@ -143,10 +156,42 @@ def test_model_arguments_are_validated_with_errors_that_name_the_fix(tmp_path):
         parse_eval_config({"base_url": "http://localhost:8000/v1"})
 
 
+def test_what_carries_no_protocol_is_evaluated_under_the_papers(tmp_path):
+    from paravt.core import PAPER_PROTOCOL
+
+    # a released checkpoint (no agent_protocol.json) and a served model: the paper protocol
+    released = EvalConfig(pretrained=str(tmp_path))
+    assert released.resolved_protocol() == PAPER_PROTOCOL
+    assert released.protocol_line() == (
+        f"protocol: paper v2 (no recorded protocol in {tmp_path}); prompt mode agentic_general, "
+        "grounding questions agentic_minimal"
+    )
+    served = EvalConfig(base_url="http://h:8000/v1", model="ParaVT-8B")
+    assert served.resolved_protocol() == PAPER_PROTOCOL
+    assert served.protocol_line().startswith(
+        "protocol: paper v2 (no recorded protocol in served model ParaVT-8B at http://h:8000/v1)"
+    )
+    # asked for: said so; a prompt mode given applies to grounding questions too
+    asked = EvalConfig(base_url="http://h/v1", model="m", protocol="paper", prompt_mode="direct")
+    assert asked.protocol_line("--protocol ") == (
+        "protocol: paper v2 (--protocol paper); prompt mode direct"
+    )
+    assert asked.resolved_protocol().for_question("grounding").prompt_mode == "direct"
+    assert EvalConfig(pretrained=str(tmp_path), protocol="paravt").protocol_line() == (
+        "protocol: paravt v1 (protocol=paravt); prompt mode agentic_general"
+    )
+
+
 def test_a_checkpoint_that_records_its_protocol_is_evaluated_under_it(tmp_path):
     from paravt.core import PAPER_PROTOCOL, PARAVT_PROTOCOL
 
-    assert EvalConfig(pretrained=str(tmp_path)).resolved_protocol() == PARAVT_PROTOCOL
+    PARAVT_PROTOCOL.save(tmp_path / "ours")
+    ours = EvalConfig(pretrained=str(tmp_path / "ours"))
+    assert ours.resolved_protocol() == PARAVT_PROTOCOL
+    assert ours.protocol_line() == (
+        f"protocol: paravt v1 (checkpoint records it: {tmp_path / 'ours' / 'agent_protocol.json'}); "
+        "prompt mode agentic_general"
+    )
     recorded = PAPER_PROTOCOL.with_overrides(prompt_mode="agentic_minimal", max_turns=2)
     recorded.save(tmp_path)
     config = EvalConfig(pretrained=str(tmp_path))
@@ -199,3 +244,46 @@ def test_the_recorded_protocols_crop_bounds_reach_the_crop_tool(tmp_path):
         EvalConfig(pretrained=str(tmp_path), max_crop_frames=8), engine=ScriptedEngine(respond)
     )
     assert agent.source.reader.config.max_frames == 8
+
+
+def test_under_the_paper_protocol_grounding_questions_use_the_drivers_charades_mode(tmp_path):
+    """One batch, both kinds: MCQ under agentic_general, grounding under agentic_minimal; the
+    scorer gets the driver's letter and span, not the reply."""
+    from paravt.core.paper_protocol import (
+        PAPER_GENERAL_AGENTIC_SYSTEM,
+        PAPER_MINIMAL_AGENTIC_SYSTEM,
+        PAPER_TOOL_SCHEMA,
+    )
+
+    systems: dict[str, str] = {}
+
+    def reply(traj):
+        system = traj.messages[0].text
+        text = traj.messages[-1].text
+        systems["grounding" if "find the visual event" in text else "mcq"] = system
+        if "find the visual event" in text:
+            return "The event happens in the 2.0 - 6.5 seconds."
+        return "<think>A horse? No: not A.</think><answer>B</answer>"
+
+    config = EvalConfig(pretrained=str(tmp_path), main_nframes=2, batch_size=2)
+    agent = EvalAgent(config, engine=ScriptedEngine(reply), source=FakeSource())
+    mcq, grounding = agent.run(
+        [
+            VideoQuestion("m", "v.mp4", "What is ridden?", options=["a horse", "a bike"]),
+            VideoQuestion("g", "v.mp4", "a person rides a bike", answer_kind="grounding"),
+        ]
+    )
+    assert systems == {
+        "mcq": PAPER_GENERAL_AGENTIC_SYSTEM.format(tool_schema=PAPER_TOOL_SCHEMA),
+        "grounding": PAPER_MINIMAL_AGENTIC_SYSTEM.format(tool_schema=PAPER_TOOL_SCHEMA),
+    }
+    assert (mcq.response, mcq.answer) == ("B", "B")
+    assert (grounding.response, grounding.answer) == ("2.0 - 6.5", "2.0-6.5")
+    # a prompt mode given is every question's
+    systems.clear()
+    config = EvalConfig(pretrained=str(tmp_path), main_nframes=2, prompt_mode="agentic_general")
+    agent = EvalAgent(config, engine=ScriptedEngine(reply), source=FakeSource())
+    agent.run([VideoQuestion("g", "v.mp4", "a person rides a bike", answer_kind="grounding")])
+    assert systems["grounding"] == PAPER_GENERAL_AGENTIC_SYSTEM.format(
+        tool_schema=PAPER_TOOL_SCHEMA
+    )

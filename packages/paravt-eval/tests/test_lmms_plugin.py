@@ -95,7 +95,7 @@ def test_the_lmms_eval_cli_runs_paravt_on_four_synthetic_mcq_samples(
         "--model",
         "paravt",
         "--model_args",
-        f"pretrained={tiny_model},main_nframes=4,max_new_tokens=24,"
+        f"pretrained={tiny_model},protocol=paravt,main_nframes=4,max_new_tokens=24,"
         "subagent_max_new_tokens=8,max_pixels=4096",
         "--tasks",
         "paravt_synth_mcq",
@@ -127,6 +127,9 @@ def test_the_lmms_eval_cli_runs_paravt_on_four_synthetic_mcq_samples(
     assert results["errored,none"] == sum(t["error"] is not None for t in traces) == 0
     summary = json.loads(trace_file.with_name(trace_file.stem + ".summary.json").read_text())
     assert summary["paravt_synth_mcq"]["samples"] == 4
+    assert summary["paravt_synth_mcq"]["protocol"].startswith(
+        "protocol: paravt v1 (protocol=paravt)"
+    )
     assert summary["paravt_synth_mcq"]["avg_tool_calls"] == pytest.approx(
         results["avg_tool_calls,none"]
     )
@@ -143,6 +146,7 @@ def test_tool_calls_of_an_episode_reach_the_lmms_eval_metrics(tiny_model, task_d
 
     lm = ParaVT(
         pretrained=str(tiny_model),
+        protocol="paravt",  # sub-agent summaries; the tiny model records no protocol
         main_nframes=4,
         max_new_tokens=16,
         subagent_max_new_tokens=8,

@@ -160,6 +160,41 @@ def test_ask_with_protocol_paper_sends_the_drivers_requests(name, server, bikes_
     assert trace["num_tool_calls"] == result["tool_calls"]
 
 
+# The paper protocol's prompt mode when none is given: the driver's for ParaVT-8B (by is_mcq).
+DEFAULT_MODE = {True: "agentic_general", False: "agentic_minimal"}
+
+
+def default_ask_args(name: str, base_url: str, clip: Path) -> list[str]:
+    """`ask_args` with no --protocol, and no --prompt-mode where the scenario's is the default."""
+    args = ask_args(name, base_url, clip)
+    i = args.index("--protocol")
+    del args[i : i + 2]
+    s = SCENARIOS[name]
+    if s["prompt_mode"] == DEFAULT_MODE[s["is_mcq"]]:
+        i = args.index("--prompt-mode")
+        del args[i : i + 2]
+    return args
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_ask_with_no_protocol_flag_sends_a_served_model_the_drivers_requests(
+    name, server, bikes_mp4, capsys
+):
+    """A served model carries no protocol: it is asked the paper's way, grounding questions in
+    the driver's Charades mode, and the first line says so."""
+    from paravt.eval.cli import main
+
+    code = main(default_ask_args(name, server.base_url, bikes_mp4))
+    captured = capsys.readouterr()
+    assert code == 0, captured.out[-2000:]
+    assert captured.err.splitlines()[0].startswith(
+        f"protocol: paper v2 (no recorded protocol in served model {MODEL} at {server.base_url})"
+    )
+    assert_same_requests(name, server.requests_of(name))
+    trace = json.loads(captured.out)
+    assert trace["answer"] == SCENARIOS[name]["result"]["pred"]
+
+
 def _fixture_tasks(root: Path, clip: Path) -> Path:
     """Two lmms-eval tasks over the scenarios' documents (MCQ and grounding)."""
     root.mkdir(parents=True, exist_ok=True)
@@ -247,6 +282,38 @@ def test_the_lmms_eval_plugin_with_protocol_paper_sends_the_drivers_requests(
         task_manager=TaskManager("WARNING", include_path=str(tasks_dir), model_name="paravt"),
     )
     for name in names:
+        assert_same_requests(name, server.requests_of(name))
+
+
+def test_the_lmms_eval_plugin_with_no_protocol_sends_the_drivers_requests(
+    server, bikes_mp4, tmp_path
+):
+    """No protocol, no prompt mode: MCQ and grounding documents in one run, each asked as the
+    driver asked ParaVT-8B (agentic_general; Charades-STA's agentic_minimal)."""
+    from lmms_eval import evaluator
+    from lmms_eval.tasks import TaskManager
+
+    from paravt.eval.lmms_model import ParaVT
+
+    names = {
+        n
+        for n, s in SCENARIOS.items()
+        if s["video_channel"] == "image_url" and s["prompt_mode"] == DEFAULT_MODE[s["is_mcq"]]
+    }
+    assert {SCENARIOS[n]["is_mcq"] for n in names} == {True, False}
+    tasks_dir = _fixture_tasks(tmp_path / "tasks", bikes_mp4)
+    for task in ("paper_fixture_mcq", "paper_fixture_grounding"):
+        path = tasks_dir / f"{task}.jsonl"
+        docs = [json.loads(x) for x in path.read_text().splitlines()]
+        path.write_text("".join(json.dumps(d) + "\n" for d in docs if d["id"] in names))
+    lm = ParaVT(base_url=server.base_url, model=MODEL, traces=str(tmp_path / "t.jsonl"))
+    assert lm.protocol_line.startswith("protocol: paper v2 (no recorded protocol in served model")
+    evaluator.simple_evaluate(
+        model=lm,
+        tasks=["paper_fixture_mcq", "paper_fixture_grounding"],
+        task_manager=TaskManager("WARNING", include_path=str(tasks_dir), model_name="paravt"),
+    )
+    for name in sorted(names):
         assert_same_requests(name, server.requests_of(name))
 
 

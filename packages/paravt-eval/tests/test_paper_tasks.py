@@ -16,6 +16,11 @@ from typing import Any
 
 import pytest
 
+from paravt.core.paper_protocol import (
+    PAPER_GENERAL_AGENTIC_SYSTEM,
+    PAPER_MINIMAL_AGENTIC_SYSTEM,
+    PAPER_TOOL_SCHEMA,
+)
 from paravt.eval.cli import paper_task_dir
 from paravt.eval.fake_server import FakeChatServer
 from paravt.eval.paper_tasks import SPLITS, parse_srt
@@ -219,8 +224,17 @@ def test_the_seven_paper_tasks_run_and_score_through_the_lmms_eval_cli(
     vmme = results["fixture_paravt_paper_videomme"]
     assert (vmme["acc_short,none"], vmme["acc_long,none"]) == (1.0, 0.0)
     charades = results["fixture_paravt_paper_charades"]
-    assert charades["miou,none"] == pytest.approx(0.9)  # the errored sample is left out
-    assert charades["r@0.7,none"] == 1.0 and charades["errored,none"] == 1
+    assert charades["miou,none"] == pytest.approx(0.45)  # IoU 0.9 and the errored sample's 0
+    assert charades["r@0.7,none"] == 0.5 and charades["errored,none"] == 1
+    # one run, the driver's prompt modes: agentic_general for MCQ, agentic_minimal for Charades-STA
+    systems: dict[str, set[str]] = {}
+    for b in bodies:
+        kind = "grounding" if "find the visual event" in json.dumps(b["messages"]) else "mcq"
+        systems.setdefault(kind, set()).add(b["messages"][0]["content"])
+    assert systems == {
+        "mcq": {PAPER_GENERAL_AGENTIC_SYSTEM.format(tool_schema=PAPER_TOOL_SCHEMA)},
+        "grounding": {PAPER_MINIMAL_AGENTIC_SYSTEM.format(tool_schema=PAPER_TOOL_SCHEMA)},
+    }
     # the requests: the driver's question layout, subtitles and video-path suffix
     users = [
         next(p["text"] for p in reversed(b["messages"][1]["content"]) if p["type"] == "text")
@@ -247,3 +261,10 @@ def test_the_seven_paper_tasks_run_and_score_through_the_lmms_eval_cli(
     rows_ = [json.loads(x) for x in traces.read_text().splitlines()]
     assert len(rows_) == 14
     assert [r["task"] for r in rows_ if r["error"]] == ["fixture_paravt_paper_charades"]
+    # how many errored and why, beside the results
+    summary = json.loads(traces.with_name(traces.stem + ".summary.json").read_text())
+    errors = summary["fixture_paravt_paper_charades"]["errors"]
+    [(reason, entry)] = errors.items()
+    assert reason == "unreadable request: FileNotFoundError" and entry["count"] == 1
+    assert "missing.mp4" in entry["example"]
+    assert summary["fixture_paravt_paper_charades"]["protocol"].startswith("protocol: paper v2")

@@ -11,12 +11,7 @@ import pytest
 from paravt.eval.reproduce import ReproduceConfig, run_reproduce
 from paravt.eval.reproduce.cells import settle_step
 from paravt.eval.reproduce.claims import verdicts
-from paravt.eval.reproduce.paper import (
-    PAPER_COLUMNS,
-    PAPER_GROUNDING_PROTOCOL,
-    PAPER_PROTOCOL,
-    parse_checkpoints,
-)
+from paravt.eval.reproduce.paper import PAPER_COLUMNS, PAPER_PROTOCOL, parse_checkpoints
 from paravt.eval.reproduce.tables import Row, Summary, fmt, render_tables
 
 
@@ -177,8 +172,50 @@ def test_paper_splits_run_the_paravt_paper_tasks_and_report_a_metric_each_task_d
         # the MCQ splits may take their metric list from the shared include
         metrics = metrics_of(f"{column.task}.yaml") or metrics_of("_paravt_paper_mcq_metrics_yaml")
         assert column.metric in metrics, (column.task, metrics)
-    assert PAPER_PROTOCOL["protocol"] == PAPER_GROUNDING_PROTOCOL["protocol"] == "paper"
-    assert PAPER_GROUNDING_PROTOCOL["prompt_mode"] == "agentic_minimal"
+    assert PAPER_PROTOCOL == {"protocol": "paper"}  # its prompt modes: the driver's per split
+
+
+def test_paper_splits_on_a_local_checkpoint_run_all_seven_splits_charades_in_its_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One lmms-eval run per checkpoint whose model arguments the plugin accepts (a local
+    checkpoint cannot take video_url); Charades-STA asked in agentic_minimal; Table 1 with the
+    channel note and the errored samples."""
+    from paravt.eval.config import parse_eval_config
+    from paravt.eval.reproduce import paper
+
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    ckpt.mkdir()
+    commands: list[list[str]] = []
+
+    def fake_lmms_eval(cmd: list[str], log_path: Path) -> tuple[int, str]:
+        commands.append(cmd)
+        args = dict(kv.split("=", 1) for kv in cmd[cmd.index("--model_args") + 1].split(","))
+        protocol = parse_eval_config(args).resolved_protocol()  # what the plugin does first
+        assert protocol.for_question("mcq").prompt_mode == "agentic_general"
+        assert protocol.for_question("grounding").prompt_mode == "agentic_minimal"
+        tasks = cmd[cmd.index("--tasks") + 1].split(",")
+        values = {"accuracy,none": 0.5, "miou,none": 0.4, "errored,none": 0}
+        results = {t: {**values, "errored,none": int("charades" in t)} for t in tasks}
+        run_dir = Path(cmd[cmd.index("--output_path") + 1]) / "model"
+        run_dir.mkdir(parents=True)
+        (run_dir / "x_results.json").write_text(json.dumps({"results": results}))
+        reason = {"unreadable request: FileNotFoundError": {"count": 1, "example": "doc 3: ..."}}
+        summary = {"paravt_paper_charades": {"errored": 1, "errors": reason}}
+        (out / "traces").mkdir(parents=True, exist_ok=True)
+        Path(args["traces"]).with_suffix(".summary.json").write_text(json.dumps(summary))
+        return 0, ""
+
+    monkeypatch.setattr(paper, "_run", fake_lmms_eval)
+    md = "\n".join(paper.run_paper_splits(out, f"para_grpo={ckpt}", "cpu"))
+    [cmd] = commands
+    assert cmd[cmd.index("--tasks") + 1].split(",") == [c.task for c in PAPER_COLUMNS]
+    assert "| para_grpo | 50.0 | 50.0 | 50.0 | 50.0 | 50.0 | 50.0 | 40.0 | 48.6 |" in md
+    assert "Charades-STA: overview frames as images" in md
+    assert (
+        "Errored samples (scored wrong): para_grpo Charades-STA (mIoU): 1 "
+        "(unreadable request: FileNotFoundError x1)." in md
+    )
 
 
 def test_arms_right_and_wrong_on_the_same_questions_are_grouped() -> None:

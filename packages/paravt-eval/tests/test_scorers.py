@@ -1,5 +1,6 @@
-"""Every protocol's answers reach lmms-eval's own scorers in a form they parse; task code that raises
-(`SystemExit` included) makes an errored sample, not the end of the run."""
+"""Every protocol's answers reach lmms-eval's own scorers in a form they parse, and under the paper
+protocol every scorer grades what the driver grades; task code that raises (`SystemExit` included)
+makes an errored sample, counted wrong, not the end of the run."""
 
 from __future__ import annotations
 
@@ -39,6 +40,98 @@ lmms_eval_specific_kwargs:
 metadata:
   version: 0.1
 """
+
+
+# Replies whose whole text a scorer could misread, and the letter the driver grades (None: none).
+HARD_MCQ = [
+    ("<think>It is not A, nor C.</think><answer>B</answer>", "B"),  # letters in the reasoning
+    ("<think>A? No: the rider is on a bike <answer>B</answer>", "B"),  # think never closed
+    ("<think>A horse would be taller, so the", "A"),  # cut off: the driver's first letter
+    ("<think>C fits.</think><answer></answer>", "C"),  # empty answer: the driver reads on
+    ("<think>hmm</think><answer> </answer>", None),  # nothing to read: wrong whatever the answer
+    ("", None),  # an errored sample
+]
+
+
+def _videomme(answer: str, scored: str) -> bool:
+    from lmms_eval.tasks.videomme.utils import videomme_process_results
+
+    doc = {
+        "answer": answer,
+        "domain": "Knowledge",
+        "sub_category": "Humanity & History",
+        "task_type": "Object Recognition",
+        "question_id": "001-1",
+        "duration": "short",
+        "videoID": "v",
+    }
+    return videomme_process_results(doc, [scored])["videomme_perception_score"]["score"] == 1.0
+
+
+def _lvbench(answer: str, scored: str) -> bool:
+    from lmms_eval.tasks.lvbench.utils import lvbench_process_results
+
+    return bool(lvbench_process_results({"answer": answer}, [scored])["lvbench_score"])
+
+
+def _mlvu(answer: str, scored: str) -> bool:
+    from lmms_eval.tasks.mlvu.utils import mlvu_process_results
+
+    doc = {"answer": answer, "task_type": "plotQA", "question": "q"}
+    result = mlvu_process_results(doc, [scored])["mlvu_percetion_score"]
+    return bool(result["pred_answer"] == result["answer"])  # mlvu_aggregate_results_dev's test
+
+
+def _paravt_paper(answer: str, scored: str) -> bool:
+    from paravt.eval.paper_tasks import process_mcq
+
+    return process_mcq({"paravt_answer": answer, "id": "hard"}, [scored])["accuracy"] == 1.0
+
+
+@pytest.mark.parametrize(("reply", "letter"), HARD_MCQ)
+def test_under_the_paper_protocol_lmms_evals_scorers_grade_what_the_driver_grades(reply, letter):
+    """VideoMME, LVBench, MLVU (lmms-eval's own scorers) and paravt_paper grade the driver's letter,
+    not letters of the reasoning; an empty or errored answer is wrong for every answer. (lmms-eval's
+    LongVideoBench scorer picks a random letter for a reply without one, by its authors' rule; it
+    needs decord, absent here.)"""
+    from paravt.core import PAPER_PROTOCOL
+    from paravt.core.paper_protocol import driver_letter
+
+    scored = PAPER_PROTOCOL.extract_answer(reply, None, "mcq")
+    for answer in "ABCD":
+        right = answer == letter
+        assert (driver_letter(reply) == answer) == right  # the driver's own grade
+        for scorer in (_videomme, _lvbench, _mlvu, _paravt_paper):
+            assert scorer(answer, scored) == right, (scorer.__name__, reply, answer, scored)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "The event happens in the 2.0 - 6.5 seconds.",
+        "<time>00:02.0 - 00:06.5</time>",  # lmms-eval alone reads clock times its own way
+        "from 0:02 – 0:06.5",
+        "<answer>[2.0, 6.25]</answer>",  # lmms-eval alone finds no span in a bracket pair
+        "starting at 3.125 and ending at 9",
+        "begin 6.5 end 2",  # reversed: IoU 0 for the driver; lmms-eval alone would reorder it
+        "no idea",
+        "",  # an errored sample
+    ],
+)
+def test_under_the_paper_protocol_grounding_spans_score_the_drivers_iou(reply):
+    from lmms_eval.tasks.charades_sta.utils import _temporal_grounding_compute_metrics
+
+    from paravt.core import PAPER_PROTOCOL
+    from paravt.core.paper_protocol import driver_iou, driver_span
+    from paravt.eval.paper_tasks import process_grounding
+
+    span = driver_span(reply)
+    driver = driver_iou(span, GT) if span else 0.0
+    scored = PAPER_PROTOCOL.extract_answer(reply, None, "grounding")
+    lmms = _temporal_grounding_compute_metrics([{f"v.mp4>>>caption>>>{GT}": scored}])
+    assert lmms["mIOU"] / 100 == pytest.approx(driver), (reply, scored)
+    paper = process_grounding({"paravt_answer": json.dumps(GT), "id": "hard"}, [scored])
+    assert paper["miou"] == pytest.approx(driver)
 
 
 def test_lmms_evals_charades_parser_reads_our_grounding_form_and_not_a_bracket_pair():

@@ -184,7 +184,8 @@ class AnswerSpec(_Frozen):
     extraction: Literal["answer_tag", "driver"] = Field(
         "answer_tag",
         description="answer_tag: the `<answer>` block; driver: the driver's extract_letter / "
-        "extract_time_from_response on the final reply.",
+        "extract_time_from_response on the final reply (its `<answer>` block first), handed to "
+        "scorers as the letter alone or the span as `S - E`.",
     )
     grounding_format: str = Field(
         "{start:.1f} - {end:.1f}",
@@ -210,6 +211,11 @@ class AgentProtocol(_Frozen):
     version: int = Field(1, ge=1)
     source: str = Field("", description="Where the protocol comes from.")
     prompt_mode: PromptMode = "agentic_general"
+    grounding_prompt_mode: PromptMode | None = Field(
+        None,
+        description="The prompt mode of grounding questions (None: prompt_mode). The driver ran "
+        "ParaVT-8B's Charades-STA under agentic_minimal; an explicitly chosen prompt mode clears it.",
+    )
     system_prompts: dict[str, str | None] = Field(
         description="Per prompt mode: a str.format template over {schema}, {max_turns}, "
         "{max_parallel}; None: no system message."
@@ -276,6 +282,14 @@ class AgentProtocol(_Frozen):
         return type(self).model_validate({**self.model_dump(), **changes})
 
     # ---------------------------------------------------------------------------------- modes
+
+    def for_question(self, kind: AnswerKind) -> AgentProtocol:
+        """This protocol as a question of `kind` is asked: grounding questions switch to
+        `grounding_prompt_mode` when one is set."""
+        mode = self.grounding_prompt_mode
+        if kind != "grounding" or mode is None or mode == self.prompt_mode:
+            return self
+        return self.with_overrides(prompt_mode=mode)
 
     @property
     def uses_tools(self) -> bool:
@@ -506,10 +520,20 @@ class AgentProtocol(_Frozen):
         """What a benchmark scorer receives, from the final reply.
 
         answer_tag: the `<answer>` content (else the reply); a grounding span is rewritten in
-        `answer.grounding_format`. driver: the final reply itself (the driver scores the full
-        text; `driver_prediction` gives its letter / span)."""
-        if self.answer.extraction == "driver":
-            return final_text
+        `answer.grounding_format`. driver: what the driver scores, so that every scorer grades
+        it alike (lmms-eval's read the whole reply, letters of the reasoning included): the
+        letter of its `extract_letter` (its `<answer>` block first), '' when that is no option
+        letter; the span of its `extract_time_from_response` as `S - E`, '' when there is none or
+        it is empty or reversed (the driver's IoU of such a span is 0; lmms-eval's Charades
+        scorer would reorder it); an open answer as under answer_tag."""
+        if self.answer.extraction == "driver" and kind == "mcq":
+            letter = paper.driver_letter(final_text)
+            return letter if len(letter) == 1 and letter in paper.OPTION_LETTERS else ""
+        if self.answer.extraction == "driver" and kind == "grounding":
+            span = paper.driver_span(final_text)
+            if span is None or not span[0] < span[1]:
+                return ""
+            return f"{_seconds(span[0])} - {_seconds(span[1])}"
         text = parsed_answer if parsed_answer is not None else final_text
         if kind == "grounding":
             span = _span_of(text)
@@ -523,6 +547,12 @@ class AgentProtocol(_Frozen):
             span = paper.driver_span(final_text)
             return None if span is None else f"{span[0]:.1f}-{span[1]:.1f}"
         return paper.driver_letter(final_text)
+
+
+def _seconds(value: float) -> str:
+    """A time in seconds in plain decimal notation, no precision lost (`12.0`, `8.25`)."""
+    text = repr(float(value))
+    return text if "e" not in text else f"{value:.6f}".rstrip("0").rstrip(".")
 
 
 _TIME_TOKEN = re.compile(r"\d+(?::\d+){0,2}(?:\.\d+)?")
@@ -570,8 +600,9 @@ PARAVT_PROTOCOL = AgentProtocol(
 
 PAPER_PROTOCOL = AgentProtocol(
     name="paper",
-    version=1,
+    version=2,  # 2: grounding questions in the driver's Charades mode; answers as the driver's
     source="EvolvingLMMs-Lab/ParaVT@cf55249 paravt/eval/driver.py + utils.py (Apache-2.0)",
+    grounding_prompt_mode=paper.PAPER_GROUNDING_PROMPT_MODE,
     system_prompts={
         "direct": paper.PAPER_DIRECT_SYSTEM,
         "reasoning": paper.PAPER_REASONING_SYSTEM,

@@ -119,6 +119,9 @@ PAPER_FORCE_MCQ_MAX_TOKENS = 64
 PAPER_FORCE_GROUNDING_MAX_TOKENS = 128
 # driver.py `DEFAULT_MAX_TOKENS`
 PAPER_MAX_TOKENS = 2048
+# paravt/eval/scripts/reproduce_paravt_8b.sh: ParaVT-8B's Charades-STA run
+# (`--datasets charades --prompt_mode agentic_minimal`); its six MCQ splits ran agentic_general.
+PAPER_GROUNDING_PROMPT_MODE = "agentic_minimal"
 
 # utils.py `load_samples`: the MCQ question layout and its instruction (direct mode has its own).
 PAPER_MCQ_TEMPLATE = "Question: {question}\nOptions:\n{options}\n{instruction}"

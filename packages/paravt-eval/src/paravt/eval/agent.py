@@ -1,9 +1,10 @@
 """Run the ParaVT agent on (video, question) samples: the one path `ask`, lmms-eval and `reproduce` use.
 
 `EvalAgent` owns an engine (a local checkpoint through transformers, or an OpenAI-compatible
-server) and one agent protocol (`EvalConfig.resolved_protocol()`); per sample it builds the main
-prompt over the overview frames of the sample's own video and a `crop_video` toolbox over that same
-video, then runs `paravt.core.run_episodes`. Over a server, samples move as a rolling pool
+server) and one agent protocol (`EvalConfig.resolved_protocol()`, as each question's kind asks it:
+`AgentProtocol.for_question`); per sample it builds the main prompt over the overview frames of the
+sample's own video and a `crop_video` toolbox over that same video, then runs
+`paravt.core.run_episodes`. Over a server, samples move as a rolling pool
 (`concurrency` in flight, each advancing on its own); a local checkpoint generates `batch_size`
 samples together in lockstep. A sample that cannot be prepared or run (missing video, decode
 failure, engine error, anything raised) comes back as a trace with `error` set; it is counted,
@@ -19,7 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from paravt.core import AgentProtocol, AgentTask, Engine, Episode, Frame, Toolbox, run_episodes
+from paravt.core import (
+    AgentConfig,
+    AgentProtocol,
+    AgentTask,
+    Engine,
+    Episode,
+    Frame,
+    Toolbox,
+    run_episodes,
+)
 from paravt.core.agent_protocol import ANSWER_KINDS, AnswerKind
 from paravt.eval.config import EvalConfig
 from paravt.eval.traces import SampleTrace, trace_from_episode
@@ -80,6 +90,8 @@ class Prepared:
     overview_frames: int
     duration_s: float | None
     prepare_s: float
+    protocol: AgentProtocol  # the run's protocol as this sample's kind of question asks it
+    agent_config: AgentConfig
 
 
 class VideoSource(Protocol):
@@ -114,6 +126,20 @@ class EvalAgent:
             source = default_source(config, self.protocol)
         self.source = source
         self.agent_config = self.protocol.agent_config(dispatch=config.dispatch)
+        self._by_kind: dict[str, tuple[AgentProtocol, AgentConfig]] = {}
+
+    def protocol_for(self, kind: AnswerKind) -> tuple[AgentProtocol, AgentConfig]:
+        """The protocol a question of `kind` is asked under (grounding questions may use their own
+        prompt mode) and its runtime configuration."""
+        if kind not in self._by_kind:
+            protocol = self.protocol.for_question(kind)
+            config = (
+                self.agent_config
+                if protocol is self.protocol
+                else protocol.agent_config(dispatch=self.config.dispatch)
+            )
+            self._by_kind[kind] = (protocol, config)
+        return self._by_kind[kind]
 
     @property
     def rolling(self) -> bool:
@@ -123,7 +149,8 @@ class EvalAgent:
     def prepare(self, sample: VideoQuestion) -> Prepared:
         """Decode the sample's overview and build its prompt and toolbox."""
         t0 = time.perf_counter()
-        p = self.protocol
+        kind = _kind(sample.answer_kind)
+        p, agent_config = self.protocol_for(kind)
         if p.overview.channel == "video_url":  # the server decodes the video itself
             from paravt.eval.video import local_path
 
@@ -131,7 +158,6 @@ class EvalAgent:
             duration_s, frames = None, []
         else:
             duration_s, frames = self.source.overview(sample.video, p.overview.num_frames)
-        kind = _kind(sample.answer_kind)
         text = (
             p.format_question(sample.question, sample.options, kind=kind)
             if sample.template
@@ -143,7 +169,8 @@ class EvalAgent:
         )
         toolbox = self.source.toolbox(sample.video)
         task = AgentTask(sample.key, messages, toolbox, sample.question, answer_kind=kind)
-        return Prepared(task, len(frames), duration_s, time.perf_counter() - t0)
+        elapsed = time.perf_counter() - t0
+        return Prepared(task, len(frames), duration_s, elapsed, p, agent_config)
 
     def run(
         self,
@@ -184,7 +211,7 @@ class EvalAgent:
                 else:
                     try:
                         (episode,) = await run_episodes(
-                            [prepared.task], self.engine, self.agent_config, self.protocol
+                            [prepared.task], self.engine, prepared.agent_config, prepared.protocol
                         )
                         trace = self._trace(sample, prepared, episode)
                     except BaseException as exc:
@@ -211,9 +238,10 @@ class EvalAgent:
         )
         kind = _kind(sample.answer_kind)
         final = episode.turns[-1].response if episode.turns else ""
-        trace.response = self.protocol.extract_answer(final, episode.answer, kind)
-        if self.protocol.answer.extraction == "driver":
-            trace.answer = self.protocol.driver_prediction(final, kind)
+        protocol = prepared.protocol
+        trace.response = protocol.extract_answer(final, episode.answer, kind)
+        if protocol.answer.extraction == "driver":
+            trace.answer = protocol.driver_prediction(final, kind)
         return trace
 
     def _run_batch(self, samples: Sequence[VideoQuestion]) -> list[SampleTrace]:
@@ -226,9 +254,12 @@ class EvalAgent:
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 out[i] = _failed(sample, f"could not prepare the sample: {_describe(exc)}")
-        if ready:
-            episodes = self._run_tasks([p.task for _, p in ready])
-            for (i, prepared), episode in zip(ready, episodes):
+        # one runtime call per protocol (a grounding question may be asked in its own mode)
+        for protocol in {id(p.protocol): p.protocol for _, p in ready}.values():
+            group = [(i, p) for i, p in ready if p.protocol is protocol]
+            tasks = [p.task for _, p in group]
+            episodes = self._run_tasks(tasks, protocol, group[0][1].agent_config)
+            for (i, prepared), episode in zip(group, episodes):
                 sample = samples[i]
                 if isinstance(episode, str):
                     out[i] = _failed(sample, f"the agent run failed: {episode}")
@@ -236,19 +267,19 @@ class EvalAgent:
                 out[i] = self._trace(sample, prepared, episode)
         return [t for t in out if t is not None]
 
-    def _run_tasks(self, tasks: list[AgentTask]) -> list[Episode | str]:
+    def _run_tasks(
+        self, tasks: list[AgentTask], protocol: AgentProtocol, config: AgentConfig
+    ) -> list[Episode | str]:
         """Episodes in order; an episode that failed becomes its error text. When a batch fails,
         each task is retried alone so one bad sample does not lose the others."""
         try:
-            return list(
-                asyncio.run(run_episodes(tasks, self.engine, self.agent_config, self.protocol))
-            )
+            return list(asyncio.run(run_episodes(tasks, self.engine, config, protocol)))
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             if len(tasks) == 1:
                 return [_describe(exc)]
-        return [r for task in tasks for r in self._run_tasks([task])]
+        return [r for task in tasks for r in self._run_tasks([task], protocol, config)]
 
 
 def default_source(config: EvalConfig, protocol: AgentProtocol) -> VideoSource:

@@ -27,8 +27,9 @@ def _model_path(value: str) -> str:
 
 def _add_protocol_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
-        "agent protocol (default: the checkpoint's recorded protocol, else paravt's; every flag "
-        "left out keeps the protocol's value)"
+        "agent protocol (default: the checkpoint's recorded agent_protocol.json, else paper, the "
+        "released driver's, for served models and released checkpoints; every flag left out "
+        "keeps the protocol's value)"
     )
     g.add_argument(
         "--protocol",
@@ -36,7 +37,13 @@ def _add_protocol_args(p: argparse.ArgumentParser) -> None:
         help="paravt, paper (the released ParaVT driver's evaluation, request for request), or a "
         "directory holding agent_protocol.json",
     )
-    g.add_argument("--prompt-mode", choices=PROMPT_MODES, default=None)
+    g.add_argument(
+        "--prompt-mode",
+        choices=PROMPT_MODES,
+        default=None,
+        help="for every question (default: the protocol's; paper: agentic_general, grounding "
+        "questions agentic_minimal)",
+    )
     g.add_argument("--nframes", type=int, default=None, help="overview frames (main_nframes)")
     g.add_argument(
         "--video-channel",
@@ -92,6 +99,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
     else:
         values["pretrained"] = _model_path(args.model)
     config = parse_eval_config(values)
+    line = config.protocol_line(flag="--protocol ")
+    # the first line: stdout for a person, stderr with --json (stdout stays one JSON document)
+    print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
     agent = EvalAgent(config)
     sample = VideoQuestion(
         key="ask",
@@ -102,7 +112,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     )
     trace = agent.run([sample])[0]
     if args.json:
-        print(json.dumps(trace.to_json(), indent=2, ensure_ascii=False, default=str))
+        out = {"protocol": line, **trace.to_json()}
+        print(json.dumps(out, indent=2, ensure_ascii=False, default=str))
     else:
         from paravt.eval.render import render_trace
 

@@ -3,9 +3,10 @@
 `EvalConfig` is what `--model_args` of lmms-eval, `paravt-eval ask` and `paravt-eval reproduce` all
 validate into. The agent protocol (`paravt.core.AgentProtocol`) comes from `protocol=` (`paravt`,
 `paper`, or a checkpoint directory / JSON file), else from the checkpoint's own
-`agent_protocol.json`, else paravt's; every other field left unset keeps the protocol's value
-(64 overview frames, greedy decoding, 2048 new tokens per turn, 3 turns, 5 calls per turn in both
-shipped protocols).
+`agent_protocol.json`, else it is `paper`: a model that does not carry its protocol (a served model,
+a released checkpoint) is evaluated the way the paper evaluated it. Every other field left unset
+keeps the protocol's value (64 overview frames, greedy decoding, 2048 new tokens per turn, 3 turns,
+5 calls per turn in both shipped protocols). `protocol_line()` says which protocol and why.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from paravt.core import AgentConfig, AgentProtocol, PromptMode, get_protocol
-from paravt.core.agent_protocol import PARAVT_PROTOCOL, PROTOCOL_FILE, PROTOCOLS
+from paravt.core.agent_protocol import PAPER_PROTOCOL, PROTOCOL_FILE, PROTOCOLS
 
 MAX_OVERVIEW_FRAMES = 512
 
@@ -41,10 +42,13 @@ class EvalConfig(BaseModel):
     protocol: str | None = Field(
         None,
         description="Agent protocol: paravt, paper (the released driver's), or a checkpoint "
-        "directory / agent_protocol.json; default: the checkpoint's recorded protocol, else paravt.",
+        "directory / agent_protocol.json; default: the checkpoint's recorded protocol, else paper "
+        "(served models and checkpoints without agent_protocol.json).",
     )
     prompt_mode: PromptMode | None = Field(
-        None, description="direct, reasoning, agentic_general or agentic_minimal (protocol's)."
+        None,
+        description="direct, reasoning, agentic_general or agentic_minimal, for every question; "
+        "default: the protocol's (paper: agentic_general, grounding questions agentic_minimal).",
     )
     main_nframes: int | None = Field(
         None, ge=1, le=MAX_OVERVIEW_FRAMES, description="Overview frames the main agent sees (K)."
@@ -141,9 +145,11 @@ class EvalConfig(BaseModel):
 
     def resolved_protocol(self) -> AgentProtocol:
         """The agent protocol of this run: the named / recorded / default one, with every field
-        this config sets laid over it."""
-        base = self._base_protocol()
+        this config sets laid over it (a prompt mode given here applies to every question)."""
+        base, _ = self._base_protocol()
         data = base.model_dump()
+        if self.prompt_mode is not None:
+            data["grounding_prompt_mode"] = None
         for key in (
             "prompt_mode",
             "max_turns",
@@ -169,16 +175,33 @@ class EvalConfig(BaseModel):
             data["overview"]["max_pixels"] = self.max_pixels
         return AgentProtocol.model_validate(data)
 
-    def _base_protocol(self) -> AgentProtocol:
+    def protocol_line(self, flag: str = "protocol=") -> str:
+        """The line a run states first: the protocol, why it is this one, its prompt mode(s).
+        `flag` is how the caller's user names the protocol argument (`--protocol `)."""
+        protocol = self.resolved_protocol()
+        _, why = self._base_protocol(flag)
+        modes = protocol.prompt_mode
+        grounding = protocol.grounding_prompt_mode
+        if grounding is not None and grounding != protocol.prompt_mode:
+            modes += f", grounding questions {grounding}"
+        return f"protocol: {protocol.name} v{protocol.version} ({why}); prompt mode {modes}"
+
+    def _base_protocol(self, flag: str = "protocol=") -> tuple[AgentProtocol, str]:
+        """The named / recorded / default protocol and why it is the one."""
         name = self.protocol
         if name is None:
             if self.pretrained:
-                recorded = AgentProtocol.load(Path(self.pretrained).expanduser())
+                directory = Path(self.pretrained).expanduser()
+                recorded = AgentProtocol.load(directory)
                 if recorded is not None:
-                    return recorded
-            return PARAVT_PROTOCOL
+                    return recorded, f"checkpoint records it: {directory / PROTOCOL_FILE}"
+                return PAPER_PROTOCOL, f"no recorded protocol in {directory}"
+            return (
+                PAPER_PROTOCOL,
+                f"no recorded protocol in served model {self.model} at {self.base_url}",
+            )
         if name in PROTOCOLS:
-            return get_protocol(name)
+            return get_protocol(name), f"{flag}{name}"
         path = Path(name).expanduser()
         directory = path.parent if path.name == PROTOCOL_FILE else path
         recorded = AgentProtocol.load(directory) if directory.is_dir() else None
@@ -187,7 +210,7 @@ class EvalConfig(BaseModel):
                 f"protocol={name!r} is neither {' nor '.join(PROTOCOLS)} nor a directory with "
                 f"{PROTOCOL_FILE}"
             )
-        return recorded
+        return recorded, f"{flag}{directory / PROTOCOL_FILE}"
 
     def agent_config(self) -> AgentConfig:
         """The core runtime's configuration for this run's protocol."""

@@ -6,10 +6,12 @@ chat messages of the benchmark sample (a `video` part with the sample's path and
 the question, options and the task's answer instruction). For each sample this model runs the agent
 on that video and returns the final answer text for the task's own scorer. The agent protocol
 (turns, calls per turn, 2048 new tokens, greedy) comes from the model arguments, not from the
-task's `generation_kwargs` (which ask for a handful of tokens for direct answering).
+task's `generation_kwargs` (which ask for a handful of tokens for direct answering); the model logs
+which protocol and why when it starts (`EvalConfig.protocol_line`).
 
 Per-sample traces go to a JSONL file beside lmms-eval's results (see `default_trace_path`), plus a
-`.summary.json` with `avg_tool_calls`, `tool_usage_rate` and the errored count per task.
+`.summary.json` with `avg_tool_calls`, `tool_usage_rate`, the protocol, and the errored count per
+task with the reasons; errored samples are scored wrong, and logged by reason at the end.
 """
 
 from __future__ import annotations
@@ -160,9 +162,11 @@ class ParaVT(lmms):
         if device:
             values.setdefault("device", device)
         self.config = parse_eval_config(values)
+        self.protocol_line = self.config.protocol_line()
+        logger.info(f"paravt: {self.protocol_line}")
         self.agent = EvalAgent(self.config)
         self.trace_path = default_trace_path(self.config)
-        self.writer = TraceWriter(self.trace_path)
+        self.writer = TraceWriter(self.trace_path, protocol=self.protocol_line)
         self.batch_size = self.config.batch_size
         self.device = self.config.device
         logger.info(f"paravt: traces go to {self.trace_path}")
@@ -209,6 +213,8 @@ class ParaVT(lmms):
 
         self.agent.run(samples, on_done=done)
         pbar.close()
+        for line in self.writer.error_lines():
+            logger.warning(f"paravt: {line}")
         return answers
 
     def _finish(self, doc: dict[str, Any], trace: SampleTrace) -> str:

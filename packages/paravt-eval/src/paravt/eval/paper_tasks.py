@@ -7,13 +7,17 @@ Each task loads the driver's dataset and split, finds each video where the drive
 (`utils.load_samples` of EvolvingLMMs-Lab/ParaVT; HF_HOME-relative, see each YAML), lays the
 question out with the driver's template, and scores with the driver's rules: the option letter of
 `extract_letter` against the answer (accuracy, plus Video-MME's short/medium/long), Charades-STA
-mIoU and R@0.3/0.5/0.7 of `extract_time_from_response` (errored samples left out, as the driver
-leaves them out there), plus `avg_tool_calls`, `tool_usage_rate` and `errored` from the traces.
+mIoU and R@0.3/0.5/0.7 of `extract_time_from_response`, plus `avg_tool_calls`, `tool_usage_rate`
+and `errored` from the traces. Every sample counts: an errored one is wrong (IoU 0 on Charades-STA,
+where the driver's summary left errored samples out; `errored` says how many, the traces'
+summary why).
 
 `process_docs_*` add the fields the paravt model reads (`paravt_question`, `paravt_answer_kind`,
 `paravt_answer`, `paravt_video`): under `protocol=paper` the model adds the mode's MCQ instruction
 (the driver's direct mode has its own) and the agentic video-path suffix itself, so the requests
-are the driver's. Other models get `doc_to_text`: the driver's text with its default instruction.
+are the driver's, and grounding questions take the driver's Charades mode (agentic_minimal) unless
+a prompt mode is given. Other models get `doc_to_text`: the driver's text with its default
+instruction.
 """
 
 from __future__ import annotations
@@ -302,17 +306,13 @@ def process_mcq(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
 
 
 def process_grounding(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
-    """mIoU and R@k of the driver's span against the ground truth (None for an errored sample:
-    the driver's Charades summary leaves errored samples out)."""
-    tools = _tools(doc)
-    if tools["errored"]:
-        iou: float | None = None
-    else:
-        span = driver_span(_response(results))
-        iou = driver_iou(span, json.loads(doc["paravt_answer"])) if span else 0.0
-    out: dict[str, Any] = {"miou": iou, **tools}
+    """mIoU and R@k of the driver's span against the ground truth; an errored sample (its answer
+    is empty) scores IoU 0 (the driver's Charades summary left errored samples out)."""
+    span = driver_span(_response(results))
+    iou = driver_iou(span, json.loads(doc["paravt_answer"])) if span else 0.0
+    out: dict[str, Any] = {"miou": iou, **_tools(doc)}
     for k in RECALL:
-        out[f"r@{k}"] = None if iou is None else float(iou >= k)
+        out[f"r@{k}"] = float(iou >= k)
     return out
 
 

@@ -45,6 +45,13 @@ def _fetch(element: dict[str, Any]) -> tuple[list[Any], list[float], float]:
     return frames, stamps, (total / fps if fps > 0 else 0.0)
 
 
+def _video_min_pixels() -> int:
+    """qwen-vl-utils' default minimum of pixels per video frame (Qwen3-VL's 14-pixel patches)."""
+    from qwen_vl_utils import vision_process as vp
+
+    return int(vp.VIDEO_MIN_TOKEN_NUM * (14 * vp.SPATIAL_MERGE_SIZE) ** 2)
+
+
 def check_qwen_vl_utils() -> None:
     """Raise `ImportError` naming the fix when qwen-vl-utils is missing or another version."""
     from importlib.metadata import PackageNotFoundError, version
@@ -118,6 +125,8 @@ class PaperVideoSource:
             element["min_pixels"] = o.min_pixels
         if o.max_pixels is not None:
             element["max_pixels"] = o.max_pixels
+            if o.min_pixels is None:  # qwen-vl-utils refuses a budget under its default minimum
+                element["min_pixels"] = min(o.max_pixels, _video_min_pixels())
         try:
             images, stamps, duration = _fetch(element)
         except Exception:  # the driver's get_frames is fail-soft: the question goes without frames

@@ -1,8 +1,9 @@
 """Per-sample traces: what the agent thought, which windows it cropped, what came back, the answer.
 
 One JSON object per sample (`SampleTrace.to_json()`); `TraceWriter` appends them to a JSONL file and
-keeps per-task tallies (samples, tool calls, samples that used a tool, errored samples) that it
-writes to a `*.summary.json` beside the traces.
+keeps per-task tallies (samples, tool calls, samples that used a tool, errored samples and why, the
+protocol of the run) that it writes to a `*.summary.json` beside the traces. An errored sample is
+handed to its scorer as an empty answer: it counts, as wrong.
 """
 
 from __future__ import annotations
@@ -90,18 +91,32 @@ def trace_from_episode(
     )
 
 
+def error_reason(error: str) -> str:
+    """What went wrong, without the sample's particulars: the stage and the exception type
+    (`could not prepare the sample: FileNotFoundError`)."""
+    return ": ".join(error.split(": ")[:2])
+
+
 @dataclass
 class TaskTally:
     samples: int = 0
     tool_calls: int = 0
     used_tool: int = 0
     errored: int = 0
+    # reason -> {"count": n, "example": "doc D: the first such error in full"}
+    errors: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def add(self, trace: SampleTrace) -> None:
         self.samples += 1
         self.tool_calls += trace.num_tool_calls
         self.used_tool += int(trace.used_tool)
-        self.errored += int(trace.error is not None)
+        if trace.error is not None:
+            self.errored += 1
+            entry = self.errors.setdefault(
+                error_reason(trace.error),
+                {"count": 0, "example": f"doc {trace.doc_id}: {trace.error}"},
+            )
+            entry["count"] += 1
 
     def to_json(self) -> dict[str, Any]:
         n = self.samples
@@ -110,14 +125,25 @@ class TaskTally:
             "avg_tool_calls": self.tool_calls / n if n else 0.0,
             "tool_usage_rate": self.used_tool / n if n else 0.0,
             "errored": self.errored,
+            "errors": self.errors,
         }
+
+    def error_lines(self, task: str) -> list[str]:
+        """One line per reason: how many samples errored (scored wrong) and why."""
+        return [
+            f"{task}: {e['count']} of {self.samples} samples errored (scored wrong): {reason} "
+            f"(e.g. {e['example'][:300]})"
+            for reason, e in self.errors.items()
+        ]
 
 
 class TraceWriter:
-    """Appends traces to `path` (JSONL) and keeps `path.with_suffix('.summary.json')` current."""
+    """Appends traces to `path` (JSONL) and keeps `path.with_suffix('.summary.json')` current
+    (per task: the tallies, and `protocol`, the run's protocol line, when given)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, protocol: str | None = None) -> None:
         self.path = Path(path)
+        self.protocol = protocol
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.summary_path = self.path.with_name(self.path.stem + ".summary.json")
         self.tallies: dict[str, TaskTally] = {}
@@ -129,8 +155,21 @@ class TraceWriter:
                 for trace in traces:
                     f.write(json.dumps(trace.to_json(), ensure_ascii=False, default=str) + "\n")
                     self.tallies.setdefault(trace.task, TaskTally()).add(trace)
-            summary = {task: t.to_json() for task, t in sorted(self.tallies.items())}
+            summary = {task: self._summary(t) for task, t in sorted(self.tallies.items())}
             self.summary_path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+
+    def _summary(self, tally: TaskTally) -> dict[str, Any]:
+        out = tally.to_json()
+        if self.protocol is not None:
+            out["protocol"] = self.protocol
+        return out
+
+    def error_lines(self) -> list[str]:
+        """Every task's errored samples by reason (see `TaskTally.error_lines`)."""
+        with self._lock:
+            return [
+                line for task, t in sorted(self.tallies.items()) for line in t.error_lines(task)
+            ]
 
 
 def read_traces(path: str | Path) -> list[dict[str, Any]]:

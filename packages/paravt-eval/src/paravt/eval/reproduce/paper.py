@@ -2,10 +2,12 @@
 
 `--paper-splits --checkpoints base=PATH,...,para_grpo=PATH` runs each checkpoint on the
 `paravt_paper` task group (the released driver's datasets, question layout and scoring) under
-protocol=paper, as the released driver ran them: agentic_general for the MCQ splits,
-agentic_minimal with the video_url channel for Charades-STA. It needs the datasets and a GPU
-(or a server); each (checkpoint, task) cell is a JSON file under `OUT/paper_cells/` and is never
-re-run.
+protocol=paper in one lmms-eval run: agentic_general for the MCQ splits, agentic_minimal for
+Charades-STA (the protocol's mode for grounding questions), as the released driver ran them. The
+driver decoded Charades-STA videos on its vLLM server (the video_url channel); a local checkpoint
+takes images, so here Charades-STA's overview is 64 frames like the other splits, and the table
+says so. It needs the datasets and a GPU; each (checkpoint, task) cell is a JSON file under
+`OUT/paper_cells/` (with its errored count and reasons) and is never re-run.
 """
 
 from __future__ import annotations
@@ -40,12 +42,13 @@ PAPER_COLUMNS = (
     Column("paravt_paper_mmvu", "MMVU", "accuracy"),
     Column("paravt_paper_charades", "Charades-STA (mIoU)", "miou"),
 )
-PAPER_PROTOCOL = {"protocol": "paper", "prompt_mode": "agentic_general"}
-PAPER_GROUNDING_PROTOCOL = {
-    "protocol": "paper",
-    "prompt_mode": "agentic_minimal",
-    "video_channel": "video_url",
-}
+# No prompt_mode: the paper protocol's own (agentic_general, grounding agentic_minimal). No
+# video_channel: video_url is for servers, and these are local checkpoints.
+PAPER_PROTOCOL = {"protocol": "paper"}
+CHANNEL_NOTE = (
+    "Charades-STA: overview frames as images (the paper's run let its vLLM server decode the "
+    "video, the video_url channel, which a local checkpoint cannot take)."
+)
 # Table 1 of the paper, for reference rows (percent).
 PAPER_TABLE1 = {
     "Qwen3-VL-8B (paper)": [59.9, 68.4, 52.2, 33.1, 58.3, 68.0, 49.3],
@@ -131,6 +134,8 @@ def run_lmms_cells(
     if code != 0 or not files:  # lmms-eval can exit 0 without results
         raise RuntimeError(f"lmms-eval for {model} failed (exit {code}); see {log_path}:\n{tail}")
     results = json.loads(files[-1].read_text(encoding="utf-8"))
+    summary_path = out / "traces" / f"{model}.summary.json"
+    summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}
     for c in todo:
         values = results.get("results", {}).get(c.task)
         if values is None:
@@ -143,6 +148,7 @@ def run_lmms_cells(
             "value": _metric(values, c.metric),
             "metrics": metrics,
             "errored": int(metrics.get("errored", 0)),
+            "errors": summary.get(c.task, {}).get("errors", {}),
             "samples": results.get("n-samples", {}).get(c.task, {}).get("effective"),
             "seconds": round(time.perf_counter() - t0, 1),
         }
@@ -158,10 +164,8 @@ def run_paper_splits(out: Path, checkpoints: str | None, device: str) -> list[st
         raise ValueError(
             "--paper-splits needs --checkpoints stage=PATH,... (base, sft, grpo, para_grpo)"
         )
-    mcq, grounding = PAPER_COLUMNS[:-1], PAPER_COLUMNS[-1:]
     for stage, path in ckpts.items():
-        run_lmms_cells(out, stage, path, mcq, PAPER_PROTOCOL, device=device)
-        run_lmms_cells(out, stage, path, grounding, PAPER_GROUNDING_PROTOCOL, device=device)
+        run_lmms_cells(out, stage, path, PAPER_COLUMNS, PAPER_PROTOCOL, device=device)
     return render_table1(out, list(ckpts))
 
 
@@ -169,12 +173,17 @@ def render_table1(out: Path, models: list[str]) -> list[str]:
     cols = [c.label for c in PAPER_COLUMNS]
     lines = ["## Table 1: the paper's seven splits (percent; mIoU for Charades-STA)", ""]
     lines += ["| Model | " + " | ".join(cols) + " | Avg |", "|---|" + "---|" * (len(cols) + 1)]
+    errored: list[str] = []
     for model in models:
         values: list[float | None] = []
         for c in PAPER_COLUMNS:
             path = _cell_path(out, model, c.task)
-            v = json.loads(path.read_text(encoding="utf-8"))["value"] if path.is_file() else None
+            cell = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+            v = cell.get("value")
             values.append(None if v is None else (v * 100 if v <= 1 else v))
+            if cell.get("errored"):
+                reasons = ", ".join(f"{r} x{e['count']}" for r, e in cell.get("errors", {}).items())
+                errored.append(f"{model} {c.label}: {cell['errored']} ({reasons or 'see traces'})")
         filled = [v for v in values if v is not None]
         avg = f"{sum(filled) / len(filled):.1f}" if len(filled) == len(values) else "-"
         cells = ["-" if v is None else f"{v:.1f}" for v in values]
@@ -182,4 +191,7 @@ def render_table1(out: Path, models: list[str]) -> list[str]:
     for name, vals in PAPER_TABLE1.items():
         cells = [f"{v:.1f}" for v in vals]
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {sum(vals) / len(vals):.1f} |")
+    lines += ["", f"Protocol: paper. {CHANNEL_NOTE}"]
+    if errored:
+        lines += ["", "Errored samples (scored wrong): " + "; ".join(errored) + "."]
     return [*lines, ""]
