@@ -164,3 +164,21 @@ def test_the_results_section_prints_each_claims_verdict() -> None:
         in md
     )
     assert "**shown**" not in md and "**not shown**" not in md
+
+
+def test_a_missing_value_is_not_a_measurement() -> None:
+    """A run without a logged curve has kappa NaN: it is left out like a missing seed, not read as
+    a difference of unknown sign ("mixed")."""
+    nan = float("nan")
+    sft = _row("sft", acc=[0.5] * 3, kappa=[1.0] * 3)
+    grpo = _row("grpo", acc=[0.5] * 3, kappa=[0.25, 0.25, nan])
+    assert _verdict([sft, grpo], COLLAPSE) == _verdict(
+        [sft, _row("grpo", acc=[0.5] * 3, kappa=[0.25, 0.25, None])], COLLAPSE
+    )
+    assert _verdict([sft, grpo], COLLAPSE) == "shown"
+
+
+def test_together_win_without_any_measured_rival_is_not_run() -> None:
+    para = _row("para_grpo", acc=[0.75, 0.75, None])
+    rival = _row("grpo", acc=[None, None, 0.5])  # no seed measured beside PARA-GRPO
+    assert _verdict([para, rival], TOGETHER) == "not run"

@@ -8,6 +8,7 @@ were not run says so. The text gives the numbers (mean ± sd over seeds) and the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -62,7 +63,11 @@ def verdicts(s: Summary) -> list[Verdict]:
         )
     if sft and grpo:
         dk = paired(grpo.kappa, sft.kappa)
-        collapse = [g < 0.5 * b for g, b in zip(grpo.kappa, sft.kappa) if g is not None and b]
+        collapse = [
+            g < 0.5 * b
+            for g, b in zip(grpo.kappa, sft.kappa)
+            if g is not None and b and not math.isnan(g) and not math.isnan(b)
+        ]
         v = _sign_verdict(dk, positive=False)
         if v == "shown" and not all(collapse):
             v = "mixed"
@@ -106,12 +111,13 @@ def verdicts(s: Summary) -> list[Verdict]:
         rivals = [n for n in ("grpo", "anchoring_only", "gating_only") if n in rows]
         if rivals:
             diffs = {n: paired(para.avg_accuracy(), rows[n].avg_accuracy()) for n in rivals}
-            per = [_sign_verdict(d) for d in diffs.values()]
-            v = (
-                "shown"
-                if all(x == "shown" for x in per)
-                else ("not shown" if all(x == "not shown" for x in per) else "mixed")
-            )
+            per = [v for v in (_sign_verdict(d) for d in diffs.values()) if v != "not run"]
+            if not per:
+                v = "not run"  # rival rows exist, but none has a seed measured beside PARA-GRPO
+            elif all(x == "shown" for x in per):
+                v = "shown"
+            else:
+                v = "not shown" if all(x == "not shown" for x in per) else "mixed"
             parts = "; ".join(
                 f"vs {LABEL.get(n, n)} {_d(para.avg_accuracy(), rows[n].avg_accuracy(), 100)}"
                 for n in rivals

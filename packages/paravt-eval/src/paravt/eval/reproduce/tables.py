@@ -100,8 +100,13 @@ def fmt(values: Sequence[float | None], *, scale: float = 1.0, digits: int = 2) 
 
 
 def paired(a: Sequence[float | None], b: Sequence[float | None]) -> list[float]:
-    """Per-seed differences a - b, over the seeds where both were measured."""
-    return [x - y for x, y in zip(a, b) if x is not None and y is not None]
+    """Per-seed differences a - b, over the seeds where both were measured (None and NaN, as a
+    run without a logged curve gives, are not measurements)."""
+    return [
+        x - y
+        for x, y in zip(a, b)
+        if x is not None and y is not None and not math.isnan(x) and not math.isnan(y)
+    ]
 
 
 def _table(summary: Summary, names: Sequence[str], labels: dict[str, str]) -> list[str]:
