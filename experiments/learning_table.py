@@ -97,7 +97,42 @@ def main(paths: list[str]) -> None:
         print("| " + " | ".join(row) + " |")
 
 
+def other_seed_choices(paths: list[str]) -> None:
+    """PARA-GRPO's pooled gains after `LEARNING_RL_STEPS` for every choice of two or more seeds."""
+    import itertools
+
+    cells = [json.loads(Path(p).read_text()) for p in paths]
+    by_setting: dict[tuple[int, str], dict[int, dict[str, Any]]] = defaultdict(dict)
+    for c in cells:
+        by_setting[(c["threads"], c["capability"].lower())][c["seed"]] = c
+    seeds = sorted({c["seed"] for c in cells})
+    choices = [x for n in range(2, len(seeds) + 1) for x in itertools.combinations(seeds, n)]
+    print(
+        f"\n## PARA-GRPO after {LEARNING_RL_STEPS} steps for other choices of seeds: "
+        "acc / reward gain (SE), verdict\n"
+    )
+    head = ["threads", "kernels"] + ["seeds " + "+".join(map(str, c)) for c in choices]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for (threads, cap), by_seed in sorted(by_setting.items()):
+        row = [str(threads), cap]
+        for choice in choices:
+            if not all(s in by_seed for s in choice):
+                row.append("-")
+                continue
+            pairs = [
+                (ev(by_seed[s]["before"]), ev(by_seed[s]["para_grpo"][str(LEARNING_RL_STEPS)]))
+                for s in choice
+            ]
+            gains = {k: pooled_gain(pairs, k) for k in ("accuracy", "reward")}
+            a, g = gains["accuracy"], gains["reward"]
+            verdict = "learned" if learned(gains) else "**not learned**"
+            row.append(f"{a.mean:+.3f} ({a.z:+.1f}) / {g.mean:+.3f} ({g.z:+.1f}), {verdict}")
+        print("| " + " | ".join(row) + " |")
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
         sys.exit(__doc__)
     main(sys.argv[1:])
+    other_seed_choices(sys.argv[1:])
