@@ -536,9 +536,9 @@ class AgentProtocol(_Frozen):
             return f"{_seconds(span[0])} - {_seconds(span[1])}"
         text = parsed_answer if parsed_answer is not None else final_text
         if kind == "grounding":
-            span = _span_of(text)
-            if span is not None:
-                return self.answer.grounding_format.format(start=span[0], end=span[1])
+            found = _span_of(text)
+            if found is not None:
+                return self.answer.grounding_format.format(start=found[0], end=found[1])
         return text
 
     def driver_prediction(self, final_text: str, kind: AnswerKind) -> str | None:
