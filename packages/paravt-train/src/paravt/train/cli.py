@@ -1,6 +1,8 @@
 """`paravt-train`: sft, rl, materialize, plot, smoke and doctor subcommands.
 
 Heavy imports (torch, transformers) happen inside the subcommands, so `--help` is instant.
+An error ends in one line on stderr naming the input and the fix (exit 2 for a bad recipe, override
+or data path, 1 otherwise); `--debug` shows the full traceback instead.
 """
 
 from __future__ import annotations
@@ -102,7 +104,19 @@ def build_parser() -> argparse.ArgumentParser:
     from paravt.train.doctor import add_parser as add_doctor_parser
 
     add_doctor_parser(sub)
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks of errors")
+    for sub_parser in sub.choices.values():  # also after the subcommand: `doctor --debug`
+        sub_parser.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
     return parser
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error message on one line (a recipe error lists its bad keys on several)."""
+    return "; ".join(part.strip() for part in str(exc).splitlines() if part.strip()).replace(
+        ":;", ":"
+    )
 
 
 def _train(args: argparse.Namespace, stage: str) -> int:
@@ -132,7 +146,32 @@ def _train(args: argparse.Namespace, stage: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand. A bad recipe, override or data path prints one line (exit 2); any other
+    error one line too (exit 1) when run as a command; called with `argv` from Python, it raises.
+    `--debug` raises every error with its traceback."""
     args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except Exception as exc:
+        if args.debug:
+            raise
+        from paravt.train.data import ParaVTDataError
+
+        where = f"paravt-train {args.command}"
+        if isinstance(exc, RecipeError | ParaVTDataError):
+            print(f"{where}: {_one_line(exc)}", file=sys.stderr)
+            return 2
+        if argv is not None:
+            raise
+        print(
+            f"{where}: {type(exc).__name__}: {_one_line(exc)} "
+            "(rerun with --debug for the full traceback)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command in ("sft", "rl"):
         return _train(args, args.command)
     if args.command == "materialize":
@@ -156,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "doctor":
         from paravt.train.doctor import run as run_doctor
 
-        return run_doctor(args.server, args.recipe, args.overrides)
+        return run_doctor(args.server, args.recipe, args.overrides)  # RecipeError: above, exit 2
     if args.command == "smoke":
         from paravt.train.smoke import run_smoke
 

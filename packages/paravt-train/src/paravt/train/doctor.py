@@ -1,4 +1,4 @@
-"""`paravt-train doctor`: what a GPU run needs, checked on this machine, with what is wrong and the fix.
+"""`paravt-train doctor`: what a run needs, checked on this machine, with what is wrong and the fix.
 
 Checks: Python, torch and transformers versions; CUDA (devices, free memory per device), NCCL,
 cuDNN (below 9.15 with torch 2.9+, Qwen-VL vision towers' Conv3d falls back to a slow, memory-hungry
@@ -8,17 +8,29 @@ may run elsewhere), `SGLANG_RETURN_ORIGINAL_LOGPROB` (it would make rollout log-
 pre-temperature, unlike the trainer's); and every SGLang server given with `--server` (or in a
 recipe's `rollout.server.urls`): `/health`, `/get_model_info`, its weight version.
 
-Every finding is OK, WARN or FAIL; the exit status is 1 when anything FAILs. Works without CUDA
-(it reports "no CUDA").
+With `--recipe`, the machine is judged against that recipe: a CPU recipe (`distributed.device`
+cpu, or auto with no GPU here, and no GPU-only setting) passes on a CPU machine; a GPU recipe
+(`distributed.device=cuda`, `distributed.backend=nccl`, `model.dtype=bfloat16`, a flash-attention
+backend) fails there with one line naming why. The GPU lines (devices, NCCL, bf16, cuDNN) appear
+only when a GPU is present. The recipe's `model.path` (unless `model.build_tiny` builds it),
+`data.parquet` (unless `data.synth` generates it) and `data.root` must exist.
+
+Every finding is OK, WARN or FAIL; the exit status is 1 when anything FAILs. A recipe that does not
+load (unknown key, bad value) raises `RecipeError` (the CLI prints it in one line, exit 2).
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from paravt.train.recipe import RLRecipe, SFTRecipe
 
 CUDNN_MIN = (9, 15)  # below: the Conv3d fallback behind the SGLang multimodal hang (see above)
 FREE_MEMORY_WARN = 0.5  # a trainer GPU with less than half its memory free is probably in use
@@ -50,8 +62,23 @@ def _cudnn_tuple(raw: int) -> tuple[int, int, int]:
     return raw // 1000, raw // 100 % 10, raw % 100
 
 
-def check_stack() -> list[Finding]:
-    """Python, torch, transformers, CUDA, NCCL, cuDNN, GPU memory, SGLang."""
+def gpu_needs(recipe: SFTRecipe | RLRecipe) -> list[str]:
+    """The settings of a recipe that need a GPU (empty for a CPU recipe)."""
+    needs = []
+    if recipe.distributed.device == "cuda":
+        needs.append("distributed.device=cuda")
+    if recipe.distributed.backend == "nccl":
+        needs.append("distributed.backend=nccl")
+    if recipe.model.dtype == "bfloat16":
+        needs.append("model.dtype=bfloat16")
+    if recipe.model.attn_implementation.startswith("flash_attention"):
+        needs.append(f"model.attn_implementation={recipe.model.attn_implementation}")
+    return needs
+
+
+def check_stack(needs: Sequence[str] = (), recipe: str | None = None) -> list[Finding]:
+    """Python, torch, transformers, then CUDA, GPU memory, NCCL, bf16 and cuDNN when a GPU is
+    here (or one FAIL line when `recipe` needs one and there is none), SGLang."""
     out = [Finding("OK", "python", platform.python_version())]
     try:
         import torch
@@ -61,32 +88,29 @@ def check_stack() -> list[Finding]:
     out.append(Finding("OK", "torch", torch.__version__))
     tf = _version("transformers")
     out.append(Finding("OK" if tf else "FAIL", "transformers", tf or "not installed"))
-    if not torch.cuda.is_available():
+    if torch.cuda.is_available():
+        out += _gpu_findings(torch, torch_version, "model.dtype=bfloat16" in needs)
+    elif needs:
         out.append(
             Finding(
                 "FAIL",
-                "cuda",
-                "no CUDA: torch sees no GPU (CPU build, no driver, or CUDA_VISIBLE_DEVICES empty); "
-                "this machine can run the CPU rehearsals only",
+                "gpu",
+                f"recipe {recipe} needs a GPU ({', '.join(needs)}) but torch sees none (CPU build, "
+                "no driver, or CUDA_VISIBLE_DEVICES empty); run it on a GPU machine, or use a CPU "
+                "recipe (tiny_sft, tiny_paragrpo)",
             )
         )
+    elif recipe is not None:
+        out.append(Finding("OK", "device", f"cpu (no GPU here; recipe {recipe} needs none)"))
     else:
-        n = torch.cuda.device_count()
-        out.append(Finding("OK", "cuda", f"{n} device(s), CUDA {torch.version.cuda}"))
-        for i in range(n):
-            free, total = torch.cuda.mem_get_info(i)
-            name = torch.cuda.get_device_name(i)
-            level = "OK" if free / total >= FREE_MEMORY_WARN else "WARN"
-            detail = f"{name}: {free / 2**30:.1f} of {total / 2**30:.1f} GiB free"
-            if level == "WARN":
-                detail += " (something else holds it: another job, or a rollout server here)"
-            out.append(Finding(level, f"gpu {i}", detail))
-        try:
-            nccl = ".".join(str(x) for x in torch.cuda.nccl.version())
-            out.append(Finding("OK", "nccl", nccl))
-        except Exception as exc:
-            out.append(Finding("FAIL", "nccl", f"not usable: {exc}"))
-    out.append(check_cudnn(torch_version, _cudnn_raw(torch)))
+        out.append(
+            Finding(
+                "WARN",
+                "device",
+                "no GPU: torch sees none (CPU build, no driver, or CUDA_VISIBLE_DEVICES empty); "
+                "this machine runs the CPU recipes only (--recipe judges one)",
+            )
+        )
     sg = _version("sglang")
     if sg is None:
         out.append(
@@ -101,6 +125,99 @@ def check_stack() -> list[Finding]:
                 "SGLANG_RETURN_ORIGINAL_LOGPROB",
                 "set: servers started from this shell return log-probs before temperature "
                 "scaling, the trainer computes them after; unset it",
+            )
+        )
+    return out
+
+
+def _gpu_findings(torch: Any, torch_version: str, needs_bf16: bool) -> list[Finding]:
+    n = torch.cuda.device_count()
+    out = [Finding("OK", "cuda", f"{n} device(s), CUDA {torch.version.cuda}")]
+    for i in range(n):
+        free, total = torch.cuda.mem_get_info(i)
+        name = torch.cuda.get_device_name(i)
+        level = "OK" if free / total >= FREE_MEMORY_WARN else "WARN"
+        detail = f"{name}: {free / 2**30:.1f} of {total / 2**30:.1f} GiB free"
+        if level == "WARN":
+            detail += " (something else holds it: another job, or a rollout server here)"
+        out.append(Finding(level, f"gpu {i}", detail))
+    try:
+        nccl = ".".join(str(x) for x in torch.cuda.nccl.version())
+        out.append(Finding("OK", "nccl", nccl))
+    except Exception as exc:
+        out.append(Finding("FAIL", "nccl", f"not usable: {exc}"))
+    try:
+        bf16 = bool(torch.cuda.is_bf16_supported())
+    except Exception:
+        bf16 = False
+    if bf16:
+        out.append(Finding("OK", "bf16", "supported"))
+    else:
+        out.append(
+            Finding(
+                "FAIL" if needs_bf16 else "WARN",
+                "bf16",
+                "not supported by this GPU; set model.dtype=float32",
+            )
+        )
+    out.append(check_cudnn(torch_version, _cudnn_raw(torch)))
+    return out
+
+
+def _looks_like_hub_id(text: str) -> bool:
+    return re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", text) is not None
+
+
+def check_paths(recipe: SFTRecipe | RLRecipe) -> list[Finding]:
+    """model.path (or model.build_tiny), every data.parquet (or data.synth), data.root."""
+    out = []
+    model = recipe.model
+    if Path(model.path).exists():
+        out.append(Finding("OK", "model.path", model.path))
+    elif model.build_tiny:
+        out.append(Finding("OK", "model.path", f"{model.path} (built by model.build_tiny)"))
+    elif _looks_like_hub_id(model.path):
+        out.append(
+            Finding(
+                "WARN",
+                "model.path",
+                f"{model.path} is no local directory: a Hugging Face Hub id, downloaded on first "
+                "use (needs network; set model.path=DIR for a local copy)",
+            )
+        )
+    else:
+        out.append(
+            Finding(
+                "FAIL",
+                "model.path",
+                f"{model.path} does not exist: set model.path=DIR (a Hugging Face model "
+                "directory, e.g. an earlier stage's OUTPUT_DIR/final), or model.build_tiny=true "
+                "for the tiny CPU model",
+            )
+        )
+    synth = recipe.data.synth
+    for item in recipe.data.parquet:
+        path = Path(item)
+        if path.is_file() or (path.is_dir() and any(path.glob("*.parquet"))):
+            out.append(Finding("OK", "data.parquet", item))
+        elif synth is not None and path.resolve().is_relative_to(Path(synth.out_dir).resolve()):
+            out.append(Finding("OK", "data.parquet", f"{item} (generated by data.synth)"))
+        else:
+            out.append(
+                Finding(
+                    "FAIL",
+                    "data.parquet",
+                    f"{item}: no such parquet file (or directory of *.parquet): download or "
+                    "generate it (`paravt-tools synth`), or set data.parquet=[PATH]",
+                )
+            )
+    root = recipe.data.root
+    if root is not None and not Path(root).is_dir():
+        out.append(
+            Finding(
+                "FAIL",
+                "data.root",
+                f"{root} does not exist: set data.root=DIR, where ParaVT-Source was extracted",
             )
         )
     return out
@@ -172,9 +289,14 @@ def check_servers(urls: Sequence[str], timeout_s: float = 5.0) -> list[Finding]:
 
 def recipe_urls(name: str, overrides: Sequence[str]) -> list[str]:
     """The rollout server URLs of a recipe (empty for the hf engine)."""
-    from paravt.train.recipe import RLRecipe, load_recipe
+    from paravt.train.recipe import load_recipe
 
-    recipe = load_recipe(name, list(overrides))
+    return _server_urls(load_recipe(name, list(overrides)))
+
+
+def _server_urls(recipe: SFTRecipe | RLRecipe) -> list[str]:
+    from paravt.train.recipe import RLRecipe
+
     if not isinstance(recipe, RLRecipe) or recipe.rollout.engine != "sglang_server":
         return []
     spec = recipe.rollout.server
@@ -184,11 +306,18 @@ def recipe_urls(name: str, overrides: Sequence[str]) -> list[str]:
 def run(
     servers: Sequence[str] = (), recipe: str | None = None, overrides: Sequence[str] = ()
 ) -> int:
-    """Print every finding; 1 when anything FAILs."""
+    """Print every finding; 1 when anything FAILs. A recipe that does not load raises
+    `RecipeError`."""
     urls = list(servers)
     if recipe:
-        urls += recipe_urls(recipe, overrides)
-    findings = check_stack() + check_servers(list(dict.fromkeys(urls)))
+        from paravt.train.recipe import load_recipe
+
+        loaded = load_recipe(recipe, list(overrides))
+        findings = check_stack(gpu_needs(loaded), recipe) + check_paths(loaded)
+        urls += _server_urls(loaded)
+    else:
+        findings = check_stack()
+    findings += check_servers(list(dict.fromkeys(urls)))
     for f in findings:
         print(f.line())
     failed = [f for f in findings if f.level == "FAIL"]
@@ -198,7 +327,14 @@ def run(
 
 def add_parser(sub: Any) -> None:
     """The `doctor` subcommand of `paravt-train`."""
-    p = sub.add_parser("doctor", help="check what a GPU run needs (CUDA, NCCL, cuDNN, servers)")
+    p = sub.add_parser(
+        "doctor",
+        help="check what a run needs here (GPU, NCCL, cuDNN, model and data paths, servers)",
+    )
     p.add_argument("--server", action="append", default=[], help="an SGLang server URL to check")
-    p.add_argument("--recipe", help="also check this RL recipe's rollout.server.urls")
+    p.add_argument(
+        "--recipe",
+        help="judge this machine against this recipe: GPU or CPU, its model.path and "
+        "data.parquet, its rollout.server.urls",
+    )
     p.add_argument("overrides", nargs="*", help="recipe overrides key=value")
