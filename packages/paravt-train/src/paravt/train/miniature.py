@@ -324,8 +324,8 @@ def evaluate_held_out(model: Path, recipe: RLRecipe, examples: Sequence[Any]) ->
 
 def paired(after: Evaluation, before: Evaluation, key: str) -> tuple[float, float]:
     """Mean over prompts of `after - before` for one score, and its standard error."""
-    diffs = [after.per_prompt[k][key] - before.per_prompt[k][key] for k in before.per_prompt]
-    return mean_and_se(diffs)
+    gain = pooled_gain([(before, after)], key)
+    return gain.mean, gain.se
 
 
 # The learning test's runs (`tests/test_learning.py`, `experiments/learning_distribution.py`).
