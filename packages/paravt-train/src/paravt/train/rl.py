@@ -706,7 +706,10 @@ class PolicyEngine:
         return diff, problem
 
     def _check_servers(self, version: str, ids: list[int], mine: torch.Tensor) -> tuple[float, str]:
-        """Rank 0: every weight URL's served version, then its log-probs of `ids` against `mine`."""
+        """Rank 0: every weight URL's served version, then its log-probs of `ids` against `mine`.
+
+        The version is `weight_version` of SGLang's model-info route (its http_server.py builds
+        it from `server_args.weight_version`, beside model_path and tokenizer_path)."""
         from paravt.core.engines.sglang_server import ServerError, StaleWeightsError
 
         tolerance = self.server.verify_sync_tolerance
