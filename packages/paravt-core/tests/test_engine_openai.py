@@ -184,6 +184,25 @@ def test_logprobs_and_token_ids_are_recorded_when_the_server_returns_them(
     assert (out.token_ids, out.logprobs) == ([], None)
 
 
+def test_the_turn_counts_the_servers_completion_tokens_when_no_ids_come_back() -> None:
+    engine = OpenAIEngine("http://127.0.0.1:9/v1", "m")
+    body = completion("a b c", finish="length")
+    body["usage"] = {"prompt_tokens": 40, "completion_tokens": 3, "total_tokens": 43}
+    out = engine.parse_choice(body, "u")
+    assert (out.token_ids, out.num_tokens) == ([], 3)
+    del body["usage"]
+    assert engine.parse_choice(body, "u").num_tokens == 0  # nothing counted: nothing claimed
+    entries = [{"token": "token_id:5", "logprob": -0.1}]
+    with_ids = completion("x", logprobs=entries)
+    with_ids["usage"] = {"completion_tokens": 9}
+    assert (
+        OpenAIEngine("http://127.0.0.1:9/v1", "m", logprobs=True)
+        .parse_choice(with_ids, "u")
+        .num_tokens
+        == 1
+    )  # the ids we hold win
+
+
 def test_a_batch_sends_one_request_per_trajectory_in_order(server: ChatServer) -> None:
     server.reply = lambda body: (200, completion("echo " + body["messages"][-1]["content"]))
     engine = OpenAIEngine(server.base_url, "m", max_concurrency=2)

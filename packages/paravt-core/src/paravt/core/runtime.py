@@ -106,6 +106,17 @@ class Generated:
     token_ids: list[int]
     logprobs: list[float] | None = None
     finish_reason: FinishReason = "stop"
+    # tokens generated as the server counted them (`usage.completion_tokens`), for text engines
+    # that get no token ids back; None: count `token_ids`
+    usage_tokens: int | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return (
+            len(self.token_ids)
+            if self.token_ids or self.usage_tokens is None
+            else self.usage_tokens
+        )
 
 
 @dataclass
@@ -610,7 +621,7 @@ async def _run_episode(
             calls = protocol.read_calls(response)
             calls = parsed.tool_calls if calls is None else calls
             record = TurnRecord(
-                turn, response, parsed, out.finish_reason, len(out.token_ids), generate_s=generate_s
+                turn, response, parsed, out.finish_reason, out.num_tokens, generate_s=generate_s
             )
             state.episode.turns.append(record)
             if turn == config.max_turns or not calls:

@@ -211,7 +211,15 @@ class OpenAIEngine:
                 logprobs = [float(e["logprob"]) for e in entries]
             except (KeyError, ValueError):
                 token_ids, logprobs = [], None
-        return Generated(text=text, token_ids=token_ids, logprobs=logprobs, finish_reason=reason)
+        usage = payload.get("usage") or {}
+        counted = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        return Generated(
+            text=text,
+            token_ids=token_ids,
+            logprobs=logprobs,
+            finish_reason=reason,
+            usage_tokens=counted if isinstance(counted, int) and counted >= 0 else None,
+        )
 
     # --------------------------------------------------------------------------------- generation
 

@@ -1,0 +1,237 @@
+"""Our client against a real vLLM server (CPU build, 0.32.0) on the tiny checkpoint.
+
+Everything else in the suite talks to our own stand-in servers; here the server is vLLM's, so a
+route, field or default we only imagined fails. The tiny checkpoint has random weights: the checks
+are about what crosses the boundary (protocol, frames, tokens, log-probs, weights), not answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PY = sys.executable
+
+
+def _video(synth_dir: Path) -> Path:
+    return sorted((synth_dir / "videos").glob("*.mp4"))[0]
+
+
+def _ask(served: Any, video: Path, *extra: str, env: dict[str, str]) -> dict[str, Any]:
+    cmd = [
+        PY,
+        "-m",
+        "paravt.eval.cli",
+        "ask",
+        "--video",
+        str(video),
+        "--base-url",
+        served.base_url,
+        "--served-model",
+        served.model,
+        "--max-new-tokens",
+        "16",
+        "--json",
+        *extra,
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    first_line = proc.stderr.splitlines()[0] if proc.stderr else ""
+    trace = json.loads(proc.stdout)
+    trace["_first_line"] = first_line
+    return trace
+
+
+def test_ask_with_no_protocol_flag_asks_a_served_model_under_the_paper_protocol(
+    vllm_server, synth_dir, offline_env
+):
+    trace = _ask(
+        vllm_server,
+        _video(synth_dir),
+        "--option",
+        "red",
+        "--option",
+        "blue",
+        "Which colour is the square?",
+        env=offline_env,
+    )
+    assert trace["error"] is None
+    assert trace["protocol"].startswith("protocol: paper"), trace["protocol"]
+    assert "no recorded protocol in served model" in trace["protocol"]
+    assert trace["_first_line"] == trace["protocol"]  # the first thing a run says
+    assert trace["overview_frames"] == 64  # the driver's overview
+    [turn] = trace["turns"][:1]
+    # vLLM returns no token ids without logprobs; the count is the server's own usage figure
+    assert 0 < turn["num_tokens"] <= 16, turn
+
+
+def test_ask_under_our_protocol_and_a_grounding_question_over_the_video_url_channel(
+    vllm_server, synth_dir, offline_env
+):
+    trace = _ask(
+        vllm_server,
+        _video(synth_dir),
+        "--protocol",
+        "paravt",
+        "--nframes",
+        "8",
+        "Which colour is the square?",
+        env=offline_env,
+    )
+    assert trace["error"] is None and trace["protocol"].startswith("protocol: paravt")
+    assert trace["overview_frames"] == 8
+    # video_url: the server decodes the file itself (the driver's Charades-STA channel)
+    grounding = _ask(
+        vllm_server,
+        _video(synth_dir),
+        "--kind",
+        "grounding",
+        "--video-channel",
+        "video_url",
+        "the red square appears",
+        env=offline_env,
+    )
+    assert grounding["error"] is None, grounding["error"]
+    assert "grounding questions agentic_minimal" in grounding["protocol"]
+    assert grounding["turns"] and grounding["turns"][0]["num_tokens"] > 0
+
+
+def test_lmms_eval_runs_paravt_over_the_server_on_a_multiple_choice_and_a_grounding_split(
+    vllm_server, synth_dir, tmp_path, offline_env
+):
+    from paravt.eval.synth_tasks import write_synth_tasks
+
+    tasks = write_synth_tasks(synth_dir, tmp_path / "tasks", limit=3)
+    out = tmp_path / "out"
+    model_args = f"base_url={vllm_server.base_url},model={vllm_server.model},max_new_tokens=16"
+    cmd = [
+        PY,
+        "-m",
+        "lmms_eval",
+        "--model",
+        "paravt",
+        "--model_args",
+        model_args,
+        "--tasks",
+        "paravt_synth_mcq,paravt_synth_grounding",
+        "--include_path",
+        str(tasks),
+        "--output_path",
+        str(out),
+        "--log_samples",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=offline_env, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+    [results_file] = list(out.rglob("*_results.json"))
+    results = json.loads(results_file.read_text())["results"]
+    assert set(results) >= {"paravt_synth_mcq", "paravt_synth_grounding"}
+    assert results["paravt_synth_mcq"]["errored,none"] == 0
+    assert results["paravt_synth_grounding"]["errored,none"] == 0
+    [summary_file] = list(results_file.parent.glob("*_paravt_traces.summary.json"))
+    summary = json.loads(summary_file.read_text())
+    for task in ("paravt_synth_mcq", "paravt_synth_grounding"):
+        assert summary[task]["samples"] == 3
+        assert summary[task]["protocol"].startswith("protocol: paper"), summary[task]
+
+
+def _trainer(checkpoint: Path) -> Any:
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    return AutoModelForImageTextToText.from_pretrained(str(checkpoint), dtype=torch.float32).eval()
+
+
+def _logprobs_of(model: Any, ids: list[int]) -> list[float]:
+    """log p(ids[i] | ids[:i]) for i >= 1 under `model` (the trainer's forward pass)."""
+    import torch
+
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0].float()
+    lp = torch.log_softmax(logits, dim=-1)
+    return [float(lp[i - 1, ids[i]]) for i in range(1, len(ids))]
+
+
+def test_sampled_log_probs_from_the_openai_engine_equal_the_trainers(vllm_server):
+    """The OpenAI engine's log-prob path (`return_tokens_as_token_ids`, a vLLM extension) gives
+    token ids and log-probs that the trainer's own forward pass reproduces."""
+    from transformers import AutoTokenizer
+
+    from paravt.core.engines.openai import OpenAIEngine
+    from paravt.core.protocol import Message
+    from paravt.core.runtime import SamplingParams, Trajectory
+
+    engine = OpenAIEngine(vllm_server.base_url, vllm_server.model, logprobs=True)
+    messages = [Message("user", "What colour is the square?")]
+    traj = Trajectory("main", messages=list(messages))
+    (out,) = asyncio.run(
+        engine.generate([traj], SamplingParams(max_new_tokens=12, temperature=1.0, seed=0))
+    )
+    assert out.token_ids and out.logprobs is not None
+    assert len(out.token_ids) == len(out.logprobs) == out.num_tokens <= 12
+    tok = AutoTokenizer.from_pretrained(str(vllm_server.checkpoint))
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "What colour is the square?"}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    prompt = list(tok(text, add_special_tokens=False)["input_ids"])
+    mine = _logprobs_of(_trainer(vllm_server.checkpoint), prompt + out.token_ids)[len(prompt) - 1 :]
+    worst = max(abs(a - b) for a, b in zip(out.logprobs, mine))
+    assert worst < 1e-3, (worst, out.logprobs, mine)
+
+
+def test_two_optimiser_steps_reach_the_server_through_a_reload_from_disk(vllm_server, tmp_path):
+    """The RL weight path on a real server: after each optimiser step the trainer writes its
+    weights, the server pauses, reloads them in place, takes the new version and resumes; its
+    log-probs of a fixed probe then equal the trainer's and no longer the old weights'."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from paravt.core.engines.vllm_server import VLLMServer, VLLMServerError
+
+    server = VLLMServer(vllm_server.root, model=vllm_server.model)
+    tok = AutoTokenizer.from_pretrained(str(vllm_server.checkpoint))
+    probe = tok(
+        "<|im_start|>user\nWhat colour is the square?<|im_end|>\n<|im_start|>assistant\n",
+        add_special_tokens=False,
+    )["input_ids"]
+    policy = _trainer(vllm_server.checkpoint)
+    start = _logprobs_of(policy, probe)
+    assert max(abs(a - b) for a, b in zip(server.prompt_logprobs(probe), start)) < 1e-3
+    assert server.weight_version() == "default"
+
+    target = torch.tensor([tok("red red red red", add_special_tokens=False)["input_ids"]])
+    optimiser = torch.optim.SGD(policy.parameters(), lr=1.0)
+    before = start
+    try:
+        for step in (1, 2):
+            policy.train()
+            loss = policy(input_ids=target, labels=target).loss
+            loss.backward()
+            optimiser.step()
+            optimiser.zero_grad()
+            policy.eval()
+            out = tmp_path / f"step-{step}"
+            policy.save_pretrained(out)
+            server.reload_weights(out, f"step-{step}")
+            assert server.weight_version() == f"step-{step}"
+            assert not server.is_paused()
+            served = server.prompt_logprobs(probe)
+            mine = _logprobs_of(policy, probe)
+            diff = max(abs(a - b) for a, b in zip(served, mine))
+            moved = max(abs(a - b) for a, b in zip(served, before))
+            print(f"step {step}: served vs trainer {diff:.2e}, vs previous weights {moved:.3f}")
+            assert diff < 1e-3 and moved > 1e-2, (step, diff, moved)
+            before = mine
+        with pytest.raises(VLLMServerError, match="no checkpoint directory"):
+            server.reload_weights(tmp_path / "missing", "step-3")
+        assert server.weight_version() == "step-2" and not server.is_paused()
+    finally:  # the other tests expect the checkpoint's own weights
+        server.reload_weights(vllm_server.checkpoint, "default")
+    assert max(abs(a - b) for a, b in zip(server.prompt_logprobs(probe), start)) < 1e-3
