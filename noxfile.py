@@ -70,13 +70,22 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    """mypy on the light packages (core and rewards)."""
+    """mypy on core, rewards and tools (heavy dependencies are untyped: pyproject's overrides)."""
     session.install("mypy>=1.11", "pydantic>=2.7,<3", "httpx>=0.27", "types-PyYAML")
-    session.install("--no-deps", "-e", "packages/paravt-core", "-e", "packages/paravt-rewards")
+    session.install(
+        "--no-deps",
+        "-e",
+        "packages/paravt-core",
+        "-e",
+        "packages/paravt-rewards",
+        "-e",
+        "packages/paravt-tools",
+    )
     session.run(
         "mypy",
         "packages/paravt-core/src/paravt/core",
         "packages/paravt-rewards/src/paravt/rewards",
+        "packages/paravt-tools/src/paravt/tools",
     )
 
 

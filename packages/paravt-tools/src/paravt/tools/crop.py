@@ -340,7 +340,7 @@ class VideoReader:
             if error is not None or sample is None:
                 outputs.append(ToolOutput.failure(error or "crop_video: invalid window"))
                 continue
-            failed = [got[i] for i in sample.indices if isinstance(got[i], Exception)]
+            failed = [g for i in sample.indices if isinstance(g := got[i], Exception)]
             if failed:
                 start, end = sample.window_s
                 outputs.append(

@@ -25,10 +25,16 @@ MAX_OVERVIEW_FRAMES = 1024
 
 
 class FrameGrid(Protocol):
-    duration_s: float
-    fps: float
-    num_frames: int
-    begin_s: float
+    """What sampling reads of a video (read-only, so frozen `VideoInfo` satisfies it)."""
+
+    @property
+    def duration_s(self) -> float: ...
+    @property
+    def fps(self) -> float: ...
+    @property
+    def num_frames(self) -> int: ...
+    @property
+    def begin_s(self) -> float: ...
 
 
 @dataclass(frozen=True)
