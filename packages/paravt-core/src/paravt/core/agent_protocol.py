@@ -22,11 +22,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from paravt.core import paper_protocol as paper
+from paravt.core.agent_config import AgentConfig, SamplingParams
 from paravt.core.parser import Block, ToolCall
 from paravt.core.prompts import (
     _AGENTIC_GENERAL,
@@ -52,9 +53,6 @@ from paravt.core.protocol import (
     crop_video_schema,
     parse_time_s,
 )
-
-if TYPE_CHECKING:  # pragma: no cover
-    from paravt.core.runtime import AgentConfig
 
 PROTOCOL_FILE = "agent_protocol.json"
 AnswerKind = Literal["mcq", "grounding", "open"]
@@ -496,8 +494,6 @@ class AgentProtocol(_Frozen):
 
     def agent_config(self, **overrides: Any) -> AgentConfig:
         """The core runtime's `AgentConfig` for this protocol (keyword overrides win)."""
-        from paravt.core.runtime import AgentConfig, SamplingParams
-
         values: dict[str, Any] = {
             "max_turns": self.runtime_max_turns(),
             "max_parallel": self.max_parallel,

@@ -21,69 +21,18 @@ import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from paravt.core.agent_config import (
+    AgentConfig,
+    SamplingParams,
+)
+from paravt.core.agent_protocol import PARAVT_PROTOCOL, AgentProtocol
 from paravt.core.parser import ParsedResponse, ToolCall, parse_response
 from paravt.core.prompts import THINK_PREFIX, build_subagent_prompt
 from paravt.core.protocol import CropVideoArgs, Message, ToolOutput
 
-if TYPE_CHECKING:  # pragma: no cover
-    from paravt.core.agent_protocol import AgentProtocol
-
-Dispatch = Literal["parallel", "sequential"]
-Schedule = Literal["async", "lockstep"]
-ToolResponseMode = Literal["subagent", "frames"]
 FinishReason = Literal["stop", "length"]
-
-
-class SamplingParams(BaseModel):
-    """How an engine samples. `temperature == 0` means greedy."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_new_tokens: int = Field(2048, ge=1, description="Tokens generated per turn at most.")
-    temperature: float = Field(0.0, ge=0.0, description="0 is greedy; RL rollouts use 0.7.")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
-    top_k: int = Field(0, ge=0, description="Top-k sampling; 0 disables it.")
-    seed: int | None = Field(None, description="Seed for reproducible sampling, when supported.")
-
-
-class AgentConfig(BaseModel):
-    """The knobs of one agent run (reference values as defaults)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_turns: int = Field(3, ge=1, description="Main-agent generations at most; the last answers.")
-    max_parallel: int = Field(5, ge=1, description="crop_video calls executed per turn at most.")
-    dispatch: Dispatch = Field(
-        "parallel", description="'parallel': all calls of a turn; 'sequential': one call per turn."
-    )
-    tool_response: ToolResponseMode = Field(
-        "subagent",
-        description="'subagent': a weight-sharing sub-agent summarises each window's frames; "
-        "'frames': the frames return into the main context.",
-    )
-    think_prefix: bool = Field(True, description="Start every main response with '<think>\\n'.")
-    max_num_frames: int = Field(16, ge=1, description="Upper bound for a call's num_frames.")
-    tool_timeout_s: float = Field(120.0, gt=0, description="Time limit of one turn's tool calls.")
-    schedule: Schedule = Field(
-        "async",
-        description="'async': every episode moves on its own (generate -> its calls -> its "
-        "sub-agents -> next turn); 'lockstep': all episodes advance turn by turn together.",
-    )
-    max_requests_in_flight: int = Field(
-        256,
-        ge=1,
-        description="Generation requests open at once (server engine) or trajectories batched "
-        "together at most (in-process engine).",
-    )
-    sampling: SamplingParams = Field(default_factory=SamplingParams)
-    subagent_sampling: SamplingParams = Field(
-        default_factory=lambda: SamplingParams(max_new_tokens=256),
-        description="Sampling of the sub-agents (shorter: they write a summary).",
-    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -557,8 +506,6 @@ async def run_episodes(
     `protocol` (default: paravt's) says how calls are read, how their results and the final-answer
     note are written, and the forced request's token limit; `config` bounds turns and calls.
     An exception in one episode (an engine error) cancels the others and is raised."""
-    from paravt.core.agent_protocol import PARAVT_PROTOCOL
-
     config = config or AgentConfig()
     protocol = protocol or PARAVT_PROTOCOL
     prefix = THINK_PREFIX if config.think_prefix else ""
