@@ -30,6 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from paravt.train.optim import make_optimizer, make_scheduler
 from paravt.train.recipe import DistributedSpec, OptimSpec
 
 log = logging.getLogger("paravt.train")
@@ -250,8 +251,6 @@ class Backend:
         trainable: bool = True,
         compute_dtype: torch.dtype | None = None,
     ) -> None:
-        from paravt.train.modeling import make_optimizer, make_scheduler
-
         self.spec = spec
         self.optim_spec = optim
         self.ds_engine: Any = None

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from paravt.train.distributed import all_reduce_max_int
 from paravt.train.recipe import ModelSpec
 
 log = logging.getLogger("paravt.train")
@@ -302,39 +303,9 @@ def balance_micro_batches(
     rank with no rows at all still takes part), and a micro-batch without any image gets `filler`
     appended so the vision blocks run on every rank. One process: unchanged.
     """
-    from paravt.train.distributed import all_reduce_max_int
-
     if world <= 1:
         return micro
     target = all_reduce_max_int(len(micro))
     out = [mb if any(s.media for s in mb) else [*mb, filler] for mb in micro]
     out += [[filler] for _ in range(target - len(out))]
     return out
-
-
-def make_scheduler(optimizer: torch.optim.Optimizer, optim: Any, total_steps: int) -> Any:
-    """The recipe's learning-rate schedule (transformers' schedule functions) for `total_steps`."""
-    from transformers import (
-        get_constant_schedule_with_warmup,
-        get_cosine_with_min_lr_schedule_with_warmup,
-        get_linear_schedule_with_warmup,
-    )
-
-    warmup = min(optim.warmup_steps, max(total_steps - 1, 0))
-    if optim.schedule == "constant":
-        return get_constant_schedule_with_warmup(optimizer, warmup)
-    if optim.schedule == "linear":
-        return get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
-    return get_cosine_with_min_lr_schedule_with_warmup(
-        optimizer, warmup, total_steps, min_lr_rate=optim.min_lr_ratio
-    )
-
-
-def make_optimizer(params: Any, optim: Any) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(
-        params,
-        lr=optim.lr,
-        betas=tuple(optim.betas),
-        eps=optim.eps,
-        weight_decay=optim.weight_decay,
-    )
