@@ -21,9 +21,8 @@ from paravt.core.paper_protocol import (
     PAPER_MINIMAL_AGENTIC_SYSTEM,
     PAPER_TOOL_SCHEMA,
 )
-from paravt.eval.cli import paper_task_dir
 from paravt.eval.fake_server import FakeChatServer
-from paravt.eval.paper_tasks import SPLITS, parse_srt
+from paravt.eval.paper_tasks import SPLITS, paper_task_dir, parse_srt
 
 OPTIONS4 = ["A. A horse.", "B. A bicycle.", "C. A car.", "D. A boat."]
 SRT = "1\n00:00:00,000 --> 00:00:02,000\nHello <i>there</i>\n\n2\n00:00:02,000 --> 00:00:04,000\nA bike.\n"

@@ -154,7 +154,7 @@ def test_the_eval_agents_crops_show_at_most_max_crop_frames(synth_dir: Path) -> 
 def test_paper_splits_run_the_paravt_paper_tasks_and_report_a_metric_each_task_defines() -> None:
     import yaml
 
-    from paravt.eval.cli import paper_task_dir
+    from paravt.eval.paper_tasks import paper_task_dir
 
     class TaskLoader(yaml.SafeLoader):
         """lmms-eval task YAML, its `!function` tags read as nothing."""

@@ -121,14 +121,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     return 1 if trace.error else 0
 
 
-def paper_task_dir() -> Path:
-    """The shipped `paravt_paper` task directory (for lmms-eval's `--include_path`)."""
-    from importlib import resources
-
-    return Path(str(resources.files("paravt.eval") / "lmms_tasks" / "paravt_paper"))
-
-
 def cmd_tasks(args: argparse.Namespace) -> int:
+    from paravt.eval.paper_tasks import paper_task_dir
     from paravt.eval.synth_tasks import synth_documents, write_synth_tasks
 
     if args.paper:

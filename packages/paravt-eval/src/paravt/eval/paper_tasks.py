@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,11 @@ SPLITS = (
     "charades",
 )
 RECALL = (0.3, 0.5, 0.7)
+
+
+def paper_task_dir() -> Path:
+    """The shipped `paravt_paper` task directory (for lmms-eval's `--include_path`)."""
+    return Path(str(resources.files("paravt.eval") / "lmms_tasks" / "paravt_paper"))
 
 
 def hf_home() -> Path:

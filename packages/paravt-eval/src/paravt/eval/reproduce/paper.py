@@ -114,7 +114,7 @@ def run_lmms_cells(
     batch_size: int = 8,
 ) -> None:
     """Evaluate every missing (model, task) cell of `columns` with one lmms-eval CLI run."""
-    from paravt.eval.cli import paper_task_dir
+    from paravt.eval.paper_tasks import paper_task_dir
 
     todo = [c for c in columns if not _cell_path(out, model, c.task).is_file()]
     if not todo:
