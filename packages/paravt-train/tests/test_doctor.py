@@ -146,6 +146,23 @@ def test_missing_model_and_data_are_named_with_the_fix(
     assert str(tmp_path / "source") in root and "data.root=DIR" in root
 
 
+def test_a_missing_relative_path_says_it_was_read_from_the_current_directory(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    _no_gpu(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    args = [*_here(tmp_path), "model.build_tiny=false", "model.path=runs/x/final"]
+    assert main(["doctor", "--recipe", "tiny_sft", *args]) == 1
+    [model] = [x for x in capsys.readouterr().out.splitlines() if x.startswith("[FAIL] model")]
+    assert (
+        f"runs/x/final does not exist (relative paths are read from the current directory, {tmp_path})"
+        in model
+    )
+    # an absolute path needs no such note
+    assert main(["doctor", "--recipe", "tiny_sft", *args[:-1], f"model.path={tmp_path}/m"]) == 1
+    assert "relative paths" not in capsys.readouterr().out
+
+
 def test_synth_generates_only_inside_its_out_dir(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

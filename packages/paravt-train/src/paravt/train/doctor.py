@@ -168,6 +168,14 @@ def _looks_like_hub_id(text: str) -> bool:
     return re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", text) is not None
 
 
+def _where(path: str) -> str:
+    """The recipe path rule, said where a relative path is missing: relative paths are read from
+    the current directory (a packaged recipe's `runs/tiny/...` too), never from the recipe file's."""
+    if Path(path).is_absolute():
+        return ""
+    return f" (relative paths are read from the current directory, {Path.cwd()})"
+
+
 def check_paths(recipe: SFTRecipe | RLRecipe) -> list[Finding]:
     """model.path (or model.build_tiny), every data.parquet (or data.synth), data.root."""
     out = []
@@ -190,7 +198,7 @@ def check_paths(recipe: SFTRecipe | RLRecipe) -> list[Finding]:
             Finding(
                 "FAIL",
                 "model.path",
-                f"{model.path} does not exist: set model.path=DIR (a Hugging Face model "
+                f"{model.path} does not exist{_where(model.path)}: set model.path=DIR (a Hugging Face model "
                 "directory, e.g. an earlier stage's OUTPUT_DIR/final), or model.build_tiny=true "
                 "for the tiny CPU model",
             )
@@ -207,7 +215,8 @@ def check_paths(recipe: SFTRecipe | RLRecipe) -> list[Finding]:
                 Finding(
                     "FAIL",
                     "data.parquet",
-                    f"{item}: no such parquet file (or directory of *.parquet): download or "
+                    f"{item}: no such parquet file (or directory of *.parquet)"
+                    f"{_where(item)}: download or "
                     "generate it (`paravt-tools synth`), or set data.parquet=[PATH]",
                 )
             )
@@ -217,7 +226,7 @@ def check_paths(recipe: SFTRecipe | RLRecipe) -> list[Finding]:
             Finding(
                 "FAIL",
                 "data.root",
-                f"{root} does not exist: set data.root=DIR, where ParaVT-Source was extracted",
+                f"{root} does not exist{_where(str(root))}: set data.root=DIR, where ParaVT-Source was extracted",
             )
         )
     return out
