@@ -150,11 +150,11 @@ def _seq(media: bool) -> Sequence_:
 def test_micro_batches_are_padded_to_the_ranks_maximum_and_each_runs_the_vision_tower(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import paravt.train.distributed as dmod
+    import paravt.train.modeling as modeling
 
     filler = _seq(True)
     filler.mask = [0, 0, 0]
-    monkeypatch.setattr(dmod, "all_reduce_max_int", lambda n: 3)
+    monkeypatch.setattr(modeling, "all_reduce_max_int", lambda n: 3)
     # a rank with no rows at all still runs three (zero-loss) passes
     assert balance_micro_batches([], filler, world=2) == [[filler]] * 3
     text_only = [_seq(False)]
