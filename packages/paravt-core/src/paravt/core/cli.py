@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from paravt.core.cli_style import add_debug, run_command, style
 from paravt.core.protocol import CropVideoArgs, Frame, ImagePart, Message, ToolOutput
 from paravt.core.runtime import Episode, Trajectory
 from paravt.core.testing import StaticToolbox
@@ -252,17 +253,27 @@ def build_parser() -> argparse.ArgumentParser:
         "OUT/episode.json.",
     )
     demo.add_argument("--out", type=Path, required=True, help="directory for episode.json")
-    demo.add_argument("--seed", type=int, default=0, help="tiny-model and sampling seed (0)")
+    demo.add_argument("--seed", type=int, default=0, help="tiny-model and sampling seed")
     demo.add_argument(
         "--cache-dir",
         type=Path,
         default=None,
         help="where tiny models are cached (default: $PARAVT_CACHE_DIR or ~/.cache/paravt)",
     )
-    demo.add_argument("--dispatch", choices=["parallel", "sequential"], default="parallel")
-    demo.add_argument("--tool-response", choices=["subagent", "frames"], default="subagent")
-    demo.add_argument("--max-new-tokens", type=int, default=24, help="per generation (24)")
-    demo.add_argument("--temperature", type=float, default=0.7, help="0 is greedy (0.7)")
+    demo.add_argument(
+        "--dispatch",
+        choices=["parallel", "sequential"],
+        default="parallel",
+        help="all crop_video calls of a turn at once, or one call per turn",
+    )
+    demo.add_argument(
+        "--tool-response",
+        choices=["subagent", "frames"],
+        default="subagent",
+        help="a sub-agent summarises each crop, or the frames go back to the main agent",
+    )
+    demo.add_argument("--max-new-tokens", type=int, default=24, help="tokens per generation")
+    demo.add_argument("--temperature", type=float, default=0.7, help="0 is greedy")
     tiny = sub.add_parser(
         "build-tiny",
         help="write the tiny random Qwen3-VL to a directory",
@@ -270,13 +281,27 @@ def build_parser() -> argparse.ArgumentParser:
         "processor) that AutoProcessor / AutoModelForImageTextToText load offline.",
     )
     tiny.add_argument("--out", type=Path, required=True, help="directory to write")
-    tiny.add_argument("--seed", type=int, default=0, help="seed of tokenizer and weights (0)")
-    return parser
+    tiny.add_argument("--seed", type=int, default=0, help="seed of tokenizer and weights")
+    for p in (demo, tiny):
+        add_debug(p)
+    return style(parser)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `paravt-core` console script; returns the exit code."""
     args = build_parser().parse_args(argv)
+    return run_command(
+        f"paravt-core {args.command}",
+        lambda: _run(args),
+        input_errors=(ValueError, ImportError),
+        debug=args.debug,
+    )
+
+
+HF_EXTRA = 'Install the hf extra: pip install "paravt-core[hf]"'
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         if args.command == "demo":
             if args.max_new_tokens < 1:
@@ -297,15 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             print(f"wrote {build_tiny_qwen3vl(args.out, seed=args.seed)}")
     except ImportError as exc:
-        print(
-            f"paravt-core {args.command}: {exc}. Install the hf extra: "
-            'pip install "paravt-core[hf]"',
-            file=sys.stderr,
-        )
-        return 2
-    except ValueError as exc:
-        print(f"paravt-core {args.command}: {exc}", file=sys.stderr)
-        return 2
+        raise ImportError(f"{exc}. {HF_EXTRA}") from exc
     return 0
 
 

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from paravt.core import PROMPT_MODES
+from paravt.core.cli_style import add_debug, run_command, style
 
 
 def _model_path(value: str) -> str:
@@ -51,17 +52,27 @@ def _add_protocol_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="video_url: hand the server the video file to decode (the paper's Charades channel)",
     )
-    g.add_argument("--max-turns", type=int, default=None)
-    g.add_argument("--max-parallel", type=int, default=None)
-    g.add_argument("--dispatch", choices=("parallel", "sequential"), default="parallel")
-    g.add_argument("--tool-response", choices=("subagent", "frames"), default=None)
-    g.add_argument("--max-new-tokens", type=int, default=None)
-    g.add_argument("--temperature", type=float, default=None)
+    g.add_argument("--max-turns", type=int, default=None, help="tool turns at most")
+    g.add_argument("--max-parallel", type=int, default=None, help="crop_video calls per turn")
+    g.add_argument(
+        "--dispatch",
+        choices=("parallel", "sequential"),
+        default="parallel",
+        help="all calls of a turn at once, or one call per turn",
+    )
+    g.add_argument(
+        "--tool-response",
+        choices=("subagent", "frames"),
+        default=None,
+        help="a sub-agent summarises each crop, or the frames return to the main agent",
+    )
+    g.add_argument("--max-new-tokens", type=int, default=None, help="tokens per main turn")
+    g.add_argument("--temperature", type=float, default=None, help="0 is greedy")
     g.add_argument("--max-pixels", type=int, default=None, help="pixel budget per frame")
     g.add_argument(
         "--max-crop-frames", type=int, default=None, help="frames per crop (default: the tool's 16)"
     )
-    g.add_argument("--device", default="cpu")
+    g.add_argument("--device", default="cpu", help="device of a local checkpoint")
     g.add_argument(
         "--dtype",
         choices=("auto", "bfloat16", "float16", "float32"),
@@ -171,15 +182,19 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="paravt-eval", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     ask = sub.add_parser("ask", help="ask one question about one video and show the episode")
-    ask.add_argument("question")
+    ask.add_argument("question", help="the question (for --kind grounding: the event)")
     ask.add_argument("--video", required=True, help="the video file the agent looks at")
     ask.add_argument("--model", default="tiny", help="checkpoint directory, or 'tiny'")
     ask.add_argument("--base-url", default=None, help="OpenAI-compatible server instead of --model")
     ask.add_argument("--served-model", default=None, help="model name on the server")
-    ask.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"))
+    ask.add_argument(
+        "--api-key",
+        default=os.environ.get("OPENAI_API_KEY"),
+        help="bearer token for the server (default: $OPENAI_API_KEY)",
+    )
     ask.add_argument("--option", action="append", help="a multiple-choice option (repeat)")
     ask.add_argument(
         "--kind",
@@ -201,7 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the include path of the paravt_paper task group (the paper's seven splits)",
     )
-    tasks.add_argument("--out", default=None, help="default: SYNTH_DIR/lmms_eval_tasks")
+    tasks.add_argument(
+        "--out", default=None, help="output directory (default: SYNTH_DIR/lmms_eval_tasks)"
+    )
     tasks.add_argument("--limit", type=int, default=None, help="documents per task at most")
     tasks.set_defaults(func=cmd_tasks)
 
@@ -242,18 +259,21 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="with --paper-splits: stage=PATH pairs, e.g. base=ckpt/base,para_grpo=ckpt/para",
     )
-    rep.add_argument("--device", default="cpu")
+    rep.add_argument("--device", default="cpu", help="where the miniature trains and evaluates")
     rep.set_defaults(func=cmd_reproduce)
-    return parser
+    for each in (ask, tasks, rep):
+        add_debug(each)
+    return style(parser)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return int(args.func(args))
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"paravt-eval {args.command}: {exc}", file=sys.stderr)
-        return 2
+    return run_command(
+        f"paravt-eval {args.command}",
+        lambda: args.func(args),
+        input_errors=(ValueError, FileNotFoundError),
+        debug=args.debug,
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,6 +8,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from paravt.core.cli_style import add_debug, run_command, style
+
 
 def _synth(args: argparse.Namespace) -> int:
     from paravt.tools.synth import SynthConfig, generate
@@ -63,42 +65,48 @@ def _crop(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="paravt-tools", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("synth", help="write synthetic needle videos + RL/SFT parquet")
     s.add_argument("--out", required=True, help="output directory")
     s.add_argument("--n", type=int, default=50, help="number of videos")
     s.add_argument("--duration", type=float, default=120.0, help="seconds per video")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--fps", type=float, default=4.0)
-    s.add_argument("--width", type=int, default=128)
-    s.add_argument("--height", type=int, default=96)
+    s.add_argument("--seed", type=int, default=0, help="seed of videos and questions")
+    s.add_argument("--fps", type=float, default=4.0, help="frames per second of the videos")
+    s.add_argument("--width", type=int, default=128, help="frame width in pixels")
+    s.add_argument("--height", type=int, default=96, help="frame height in pixels")
     s.add_argument("--needles", type=int, default=3, help="coloured squares per video (1 target)")
     s.add_argument("--question-types", default="mcq,oe,tvg", help="comma list of mcq, oe, tvg")
-    s.add_argument("--sft-overview-frames", type=int, default=32)
+    s.add_argument(
+        "--sft-overview-frames", type=int, default=32, help="overview frames of the SFT rows"
+    )
     s.add_argument(
         "--crop-max-frames",
         type=int,
         default=4,
         help="frames per teacher crop at most (match the trainer's video.max_crop_frames)",
     )
-    s.add_argument("--workers", type=int, default=None, help="encoding processes (default 2)")
+    s.add_argument("--workers", type=int, default=None, help="encoding processes (default: 2)")
     s.set_defaults(func=_synth)
 
     p = sub.add_parser("probe", help="print a video's duration, fps, frames, size and codec")
-    p.add_argument("video")
+    p.add_argument("video", help="the video file")
     p.set_defaults(func=_probe)
 
     c = sub.add_parser("crop", help="crop a window of a video to PNG files (what the model sees)")
-    c.add_argument("video")
-    c.add_argument("--start", type=float, required=True)
-    c.add_argument("--end", type=float, required=True)
-    c.add_argument("--num-frames", type=int, default=None)
-    c.add_argument("--min-pixels", type=int, default=784)
-    c.add_argument("--max-pixels", type=int, default=50176)
+    c.add_argument("video", help="the video file")
+    c.add_argument("--start", type=float, required=True, help="window start, seconds")
+    c.add_argument("--end", type=float, required=True, help="window end, seconds")
+    c.add_argument(
+        "--num-frames", type=int, default=None, help="frames to take (default: the tool's rule)"
+    )
+    c.add_argument("--min-pixels", type=int, default=784, help="pixel budget per frame, at least")
+    c.add_argument("--max-pixels", type=int, default=50176, help="pixel budget per frame, at most")
     c.add_argument("--out", required=True, help="directory for the PNG files")
     c.set_defaults(func=_crop)
-    return parser
+    for each in (s, p, c):
+        add_debug(each)
+    return style(parser)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -108,11 +116,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from paravt.tools.video import VideoError
 
     args = build_parser().parse_args(argv)
-    try:
-        return int(args.func(args))
-    except (VideoError, ValidationError, ValueError) as exc:
-        print(f"paravt-tools {args.command}: {exc}", file=sys.stderr)
-        return 2
+    return run_command(
+        f"paravt-tools {args.command}",
+        lambda: args.func(args),
+        input_errors=(VideoError, ValidationError, ValueError),
+        debug=args.debug,
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from paravt.core.cli_style import one_line, style
 from paravt.train.recipe import RECIPE_NAMES, RecipeError, load_recipe, recipe_help
 
 _EPILOG_RECIPE = (
@@ -109,14 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
         sub_parser.add_argument(
             "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
         )
-    return parser
+    return style(parser)
 
 
 def _one_line(exc: BaseException) -> str:
     """An error message on one line (a recipe error lists its bad keys on several)."""
-    return "; ".join(part.strip() for part in str(exc).splitlines() if part.strip()).replace(
-        ":;", ":"
-    )
+    return one_line(exc).replace(":;", ":")
 
 
 def _train(args: argparse.Namespace, stage: str) -> int:

@@ -1,0 +1,92 @@
+"""One way for the four command lines (`paravt-core`, `-tools`, `-train`, `-eval`) to speak.
+
+- Help: every option has help text, and a default is shown the same way everywhere, as
+  "(default: X)" at the end of the help (added by `HelpFormatter` unless the text already has a
+  "(default..." of its own, for defaults that need words); descriptions keep their line breaks.
+- Errors: a wrong input (the exceptions a command names as its input errors) is one line,
+  `PROG COMMAND: message`, exit 2; any other error is one line with its type and a pointer to
+  `--debug`, exit 1; `--debug` raises it with the full traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator
+
+__all__ = ["HelpFormatter", "add_debug", "iter_parsers", "one_line", "run_command", "style"]
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps descriptions as written and ends each option's help with "(default: X)"."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        shown = (
+            default is not None
+            and default is not argparse.SUPPRESS
+            and not isinstance(action, argparse._StoreConstAction | argparse._HelpAction)
+            and action.option_strings
+            and "(default" not in text
+        )
+        if shown:
+            text = f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+        return text
+
+
+def iter_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """The parser and every sub-command parser below it."""
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                yield from iter_parsers(sub)
+
+
+def style(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Give the parser and all its sub-command parsers the shared help format."""
+    for p in iter_parsers(parser):
+        p.formatter_class = HelpFormatter
+    return parser
+
+
+def add_debug(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the full traceback of an error instead of one line",
+    )
+
+
+def one_line(exc: BaseException) -> str:
+    """The exception's message on one line (pydantic and multi-line messages joined by '; ')."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return "; ".join(lines) or type(exc).__name__
+
+
+def run_command(
+    where: str,
+    fn: Callable[[], int],
+    *,
+    input_errors: tuple[type[BaseException], ...] = (ValueError,),
+    debug: bool = False,
+) -> int:
+    """Run a command's body and turn its errors into one line on stderr (see the module doc).
+    `where` names the command, e.g. "paravt-tools crop"."""
+    try:
+        return int(fn())
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        if debug:
+            raise
+        if isinstance(exc, input_errors):
+            print(f"{where}: {one_line(exc)}", file=sys.stderr)
+            return 2
+        print(
+            f"{where}: {type(exc).__name__}: {one_line(exc)} "
+            "(rerun with --debug for the full traceback)",
+            file=sys.stderr,
+        )
+        return 1
