@@ -230,3 +230,48 @@ def test_arms_right_and_wrong_on_the_same_questions_are_grouped() -> None:
         "anchoring_only": [1.0, 1.0],
     }
     assert same_answers(answers) == [["grpo", "para_grpo"], ["gating_only", "no_gamma"]]
+
+
+def test_paper_splits_over_servers_run_all_seven_splits_with_the_drivers_channels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A served stage: every split over the servers (no transformers, no --batch_size), the
+    served model's name read from /models, Charades-STA through the video_url channel."""
+    from paravt.eval.config import parse_eval_config
+    from paravt.eval.fake_server import FakeChatServer
+    from paravt.eval.reproduce import paper
+
+    out = tmp_path / "out"
+    commands: list[list[str]] = []
+
+    def fake_lmms_eval(cmd: list[str], log_path: Path) -> tuple[int, str]:
+        commands.append(cmd)
+        args = dict(kv.split("=", 1) for kv in cmd[cmd.index("--model_args") + 1].split(","))
+        config = parse_eval_config(args)
+        assert config.pretrained is None and len(config.base_urls) == 2 and config.model == "qwen"
+        tasks = cmd[cmd.index("--tasks") + 1].split(",")
+        channel = config.resolved_protocol().for_question("grounding").overview.channel
+        assert channel == ("video_url" if tasks == ["paravt_paper_charades"] else "images")
+        results = {t: {"accuracy,none": 0.5, "miou,none": 0.4, "errored,none": 0} for t in tasks}
+        run_dir = Path(cmd[cmd.index("--output_path") + 1]) / "model"
+        run_dir.mkdir(parents=True)
+        (run_dir / "x_results.json").write_text(json.dumps({"results": results}))
+        return 0, ""
+
+    monkeypatch.setattr(paper, "_run", fake_lmms_eval)
+    with FakeChatServer(lambda body: "", model="qwen") as a, FakeChatServer(lambda b: "") as b:
+        md = "\n".join(paper.run_paper_splits(out, f"para_grpo={a.base_url}|{b.base_url}", "cpu"))
+    assert len(commands) == 2 and all("--batch_size" not in cmd for cmd in commands)
+    ran = [t for cmd in commands for t in cmd[cmd.index("--tasks") + 1].split(",")]
+    assert sorted(ran) == sorted(c.task for c in PAPER_COLUMNS)
+    assert "| para_grpo | 50.0 | 50.0 | 50.0 | 50.0 | 50.0 | 50.0 | 40.0 | 48.6 |" in md
+    assert "Charades-STA through the video_url channel" in md
+    with pytest.raises(ValueError, match="cannot read the served model's name"):
+        paper.run_paper_splits(tmp_path / "o2", "base=http://127.0.0.1:9/v1", "cpu")
+
+
+def test_checkpoints_may_be_served(tmp_path: Path) -> None:
+    from paravt.eval.reproduce.paper import Servers
+
+    parsed = parse_checkpoints(f"base={tmp_path},para_grpo=http://a:1/v1|http://b:2/v1")
+    assert parsed == {"base": tmp_path, "para_grpo": Servers("http://a:1/v1|http://b:2/v1")}

@@ -3,24 +3,31 @@
 
     python -m paravt.core.fake_sglang --model-path MODEL_DIR --port 30000 [--port-file F]
 
-It serves `GET /health`, `GET /get_model_info`, `GET /get_weight_version`, `POST /generate`
-(`input_ids` + `image_data` data URLs + `sampling_params` + `return_logprob`, one request per call;
-`max_new_tokens: 0` scores the prompt into `meta_info.input_token_logprobs`), `POST
-/update_weights_from_disk` (safetensors under `model_path`, tagged `weight_version`), `POST
-/flush_cache`, `POST /release_memory_occupation`, `POST /resume_memory_occupation`, and
-`POST /init_weights_update_group` + `POST /update_weights_from_distributed` over a gloo group
-(NCCL needs GPUs), `POST /pause_generation` (`mode`) and `POST /continue_generation`; replies use
-SGLang's field names. As in SGLang, a weight update waits for the generations in flight and holds
-new ones back, so a reply's `weight_version` names the weights that generated it. `GET /fake/events` returns what it was asked to do (weight updates with their
-versions and the log-probs of a fixed probe sequence right after each load, memory release/resume)
-and `GET /fake/generated` the generation requests served per weight version, for tests.
+`ROUTES` lists what it serves, every one a route of SGLang 0.5.6-0.5.23 with SGLang's methods,
+request fields, status codes and body types on the behaviours the client relies on; the contract
+test (`packages/paravt-core/tests/test_sglang_contract.py`) checks that against SGLang's source,
+line by line. In short: `GET /health`; `GET /model_info` (and its deprecated alias
+`/get_model_info`) with `weight_version`, and `model_path` following the last disk update as in
+SGLang; `POST /generate` (`input_ids` + `image_data` data URLs + `sampling_params` +
+`return_logprob`, one request per call; `max_new_tokens: 0` scores the prompt into
+`meta_info.input_token_logprobs`); `GET|POST /flush_cache` (plain text, 400 while requests run or
+wait); `POST /update_weights_from_disk` (`model_path` required; 200 / 400 with `success`);
+`POST /release_memory_occupation`, `/resume_memory_occupation` (200, body `null`);
+`POST /init_weights_update_group` + `/update_weights_from_distributed` over a gloo group (NCCL needs
+GPUs); `POST /pause_generation` (`mode`: abort, retract, in_place; else 400) and
+`/continue_generation` (both need a JSON body, as SGLang >= 0.5.6). As in SGLang, a weight update
+waits for the generations in flight and holds new ones back, so a reply's `weight_version` names
+the weights that generated it. `GET /fake/events` returns what it was asked to do (weight updates
+with their versions and the log-probs of a fixed probe sequence right after each load, memory
+release/resume) and `GET /fake/generated` the generation requests served per weight version.
 
 Differences from SGLang, on purpose: image pads are expanded from the image grid directly (SGLang
 decodes the ids to text and re-tokenizes); no continuous batching (requests that arrive within
 5 ms of each other with the same sampling settings run as one batch, which ends with its longest
 generation); a pause lets the requests in flight finish (SGLang's 'retract' and 'in_place' stop them
 between tokens); weight-update groups on gloo only (formed by `WeightUpdateGroup.create`, which mirrors
-SGLang's `init_custom_process_group`). It is for tests and CPU rehearsals, not for serving.
+SGLang's `init_custom_process_group`); `/health` answers without generating. It is for tests and
+CPU rehearsals, not for serving.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ class FakeSGLang:
         from paravt.core.runtime import Trajectory
 
         self.model_path = str(model_path)
+        self.tokenizer_path = self.model_path
         self.engine = HFEngine(self.model_path)
         self.engine.model.eval()
         self.weight_version = weight_version
@@ -167,14 +175,14 @@ class FakeSGLang:
             self.paused = True
             self.state.wait_for(lambda: self.active == 0)
         self.events.append({"event": "pause_generation", "mode": mode, "time": time.time()})
-        return {"success": True, "message": ""}
+        return {"message": "Generation paused successfully.", "status": "ok"}
 
     def continue_generation(self, body: dict[str, Any]) -> dict[str, Any]:
         with self.state:
             self.paused = False
             self.state.notify_all()
         self.events.append({"event": "continue_generation", "time": time.time()})
-        return {"success": True, "message": ""}
+        return {"message": "Generation continued successfully.", "status": "ok"}
 
     def _generate(self, body: dict[str, Any]) -> dict[str, Any]:
         from paravt.core.runtime import SamplingParams
@@ -182,6 +190,8 @@ class FakeSGLang:
         if self.released:
             raise ValueError("memory is released; call /resume_memory_occupation first")
         input_ids = body.get("input_ids")
+        if input_ids is None and isinstance(body.get("text"), str):  # SGLang tokenizes text
+            input_ids = self.engine.tokenizer(body["text"], add_special_tokens=False)["input_ids"]
         if not isinstance(input_ids, list) or not input_ids or isinstance(input_ids[0], list):
             raise ValueError("input_ids must be one non-empty list of token ids")
         params = body.get("sampling_params") or {}
@@ -251,7 +261,7 @@ class FakeSGLang:
         """Load every `*.safetensors` under `model_path` into the model (names must all match)."""
         from safetensors.torch import load_file
 
-        path = Path(str(body.get("model_path") or ""))
+        path = Path(str(body["model_path"]))  # required in SGLang's UpdateWeightFromDiskReqInput
         files = sorted(path.glob("*.safetensors"))
         if not files:
             return {"success": False, "message": f"no *.safetensors under {path}"}
@@ -267,6 +277,7 @@ class FakeSGLang:
             version = body.get("weight_version")
             if version is not None:
                 self.weight_version = str(version)
+        self.model_path = str(path)  # as SGLang: model_info reports the loaded path
         self.events.append(
             {
                 "event": "update_weights_from_disk",
@@ -383,8 +394,87 @@ class Batcher:
                 fut.set_result(out)
 
 
+class PlainText(str):
+    """A reply body sent as text/plain (SGLang's /flush_cache answers in text)."""
+
+
+def _model_info(fake: FakeSGLang, body: dict[str, Any]) -> dict[str, Any]:
+    # SGLang's model_info keys we read (http_server.py model_info); model_path follows the last
+    # disk update, as SGLang's tokenizer manager sets it
+    return {
+        "model_path": fake.model_path,
+        "tokenizer_path": fake.tokenizer_path,
+        "is_generation": True,
+        "weight_version": fake.weight_version,
+    }
+
+
+def _flush_cache(fake: FakeSGLang, body: dict[str, Any]) -> tuple[int, PlainText]:
+    # SGLang flushes only when nothing is running or waiting, else 400; the same text either way
+    busy = fake.active > 0 or fake.paused
+    fake.events.append({"event": "flush_cache", "flushed": not busy})
+    return (400 if busy else 200), PlainText(FLUSH_TEXT)
+
+
+def _memory(release: bool) -> Callable[[FakeSGLang, dict[str, Any]], None]:
+    def handle(fake: FakeSGLang, body: dict[str, Any]) -> None:
+        fake.released = release
+        name = "release_memory_occupation" if release else "resume_memory_occupation"
+        fake.events.append({"event": name, "tags": body.get("tags")})
+        return None  # SGLang's handler returns nothing: HTTP 200 with the JSON body `null`
+
+    return handle
+
+
+def _with_status(method: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
+    """`{"success": ...}` replies: 200 on success, 400 on failure, as SGLang answers them."""
+
+    def handle(fake: FakeSGLang, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        reply = method(fake, body)  # type: ignore[call-arg]
+        return (200 if reply.get("success", True) else 400), reply
+
+    return handle
+
+
+FLUSH_TEXT = (
+    "Cache flushed.\nPlease check backend logs for more details. (When there are running or "
+    "waiting requests, the operation will not be performed.)\n"
+)
+Handler = Callable[[FakeSGLang, dict[str, Any]], Any]
+# Every route the stand-in serves: (method, path) -> handler, all of them SGLang's own routes with
+# SGLang's methods (checked against SGLang's source by packages/paravt-core/tests/
+# test_sglang_contract.py), plus the stand-in's own `/fake/...` routes for tests. `body` says the
+# route needs a JSON object body (SGLang >= 0.5.6 answers 400 to an empty POST on these).
+ROUTES: dict[tuple[str, str], tuple[Handler, bool]] = {
+    ("GET", "/health"): (lambda fake, body: PlainText(""), False),
+    ("GET", "/model_info"): (_model_info, False),
+    ("GET", "/get_model_info"): (_model_info, False),  # SGLang's deprecated alias
+    ("POST", "/generate"): (lambda fake, body: fake.generate(body), True),
+    ("GET", "/flush_cache"): (_flush_cache, False),
+    ("POST", "/flush_cache"): (_flush_cache, False),
+    ("POST", "/update_weights_from_disk"): (
+        _with_status(FakeSGLang.update_weights_from_disk),
+        True,
+    ),
+    ("POST", "/init_weights_update_group"): (
+        _with_status(FakeSGLang.init_weights_update_group),
+        True,
+    ),
+    ("POST", "/update_weights_from_distributed"): (
+        _with_status(FakeSGLang.update_weights_from_distributed),
+        True,
+    ),
+    ("POST", "/pause_generation"): (_with_status(FakeSGLang.pause_generation), True),
+    ("POST", "/continue_generation"): (_with_status(FakeSGLang.continue_generation), True),
+    ("POST", "/release_memory_occupation"): (_memory(True), True),
+    ("POST", "/resume_memory_occupation"): (_memory(False), True),
+    ("GET", "/fake/events"): (lambda fake, body: fake.events, False),
+    ("GET", "/fake/generated"): (lambda fake, body: fake.generated_by_version, False),
+}
+
+
 def make_handler(fake: FakeSGLang) -> type[BaseHTTPRequestHandler]:
-    """The HTTP handler class serving `fake`."""
+    """The HTTP handler class serving `fake` (the routes of `ROUTES`)."""
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -393,72 +483,50 @@ def make_handler(fake: FakeSGLang) -> type[BaseHTTPRequestHandler]:
             log.debug("%s " + format, self.address_string(), *args)
 
         def _send(self, code: int, payload: Any) -> None:
-            data = json.dumps(payload).encode()
+            if isinstance(payload, PlainText):
+                data, kind = payload.encode(), "text/plain; charset=utf-8"
+            else:
+                data, kind = json.dumps(payload).encode(), "application/json"
             self.send_response(code)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
 
-        def _body(self) -> dict[str, Any]:
+        def _body(self, required: bool) -> dict[str, Any]:
             n = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(n) if n else b"{}"
-            body = json.loads(raw or b"{}")
+            raw = self.rfile.read(n) if n else b""
+            if not raw.strip():
+                if required:  # FastAPI's "Field required", which SGLang turns into a 400
+                    raise ValueError("Field required: the request needs a JSON object body")
+                return {}
+            body = json.loads(raw)
             if not isinstance(body, dict):
                 raise ValueError("the request body must be a JSON object")
             return body
 
-        def do_GET(self) -> None:
-            if self.path == "/health":
-                self._send(200, {})
-            elif self.path == "/get_model_info":
-                self._send(
-                    200,
-                    {
-                        "model_path": fake.model_path,
-                        "tokenizer_path": fake.model_path,
-                        "is_generation": True,
-                        "weight_version": fake.weight_version,
-                    },
-                )
-            elif self.path == "/get_weight_version":
-                self._send(200, {"weight_version": fake.weight_version})
-            elif self.path == "/fake/events":
-                self._send(200, fake.events)
-            elif self.path == "/fake/generated":
-                self._send(200, fake.generated_by_version)
-            elif self.path == "/flush_cache":
-                self._send(200, {"success": True})
-            else:
-                self._send(404, {"error": f"no GET {self.path}"})
-
-        def do_POST(self) -> None:
+        def _route(self, method: str) -> None:
+            path = self.path.split("?", 1)[0]
+            entry = ROUTES.get((method, path))
+            if entry is None:
+                self._send(404, {"detail": "Not Found"})  # FastAPI's answer to an unknown route
+                return
+            handler, required = entry
             try:
-                body = self._body()
-                if self.path == "/generate":
-                    self._send(200, fake.generate(body))
-                elif self.path == "/update_weights_from_disk":
-                    reply = fake.update_weights_from_disk(body)
-                    self._send(200 if reply["success"] else 400, reply)
-                elif self.path in (
-                    "/init_weights_update_group",
-                    "/update_weights_from_distributed",
-                    "/pause_generation",
-                    "/continue_generation",
-                ):
-                    reply = getattr(fake, self.path.strip("/"))(body)
-                    self._send(200 if reply["success"] else 400, reply)
-                elif self.path in ("/release_memory_occupation", "/resume_memory_occupation"):
-                    fake.released = self.path.startswith("/release")
-                    fake.events.append({"event": self.path.strip("/"), "tags": body.get("tags")})
-                    self._send(200, {"success": True, "message": ""})
-                elif self.path == "/flush_cache":
-                    fake.events.append({"event": "flush_cache"})
-                    self._send(200, {"success": True})
-                else:
-                    self._send(404, {"error": f"no POST {self.path}"})
+                reply = handler(fake, self._body(required))
             except (ValueError, KeyError, TypeError) as exc:
                 self._send(400, {"error": {"message": f"{type(exc).__name__}: {exc}"}})
+                return
+            if isinstance(reply, tuple):
+                self._send(*reply)
+            else:
+                self._send(200, reply)
+
+        def do_GET(self) -> None:
+            self._route("GET")
+
+        def do_POST(self) -> None:
+            self._route("POST")
 
     return Handler
 

@@ -5,7 +5,7 @@ server) and one agent protocol (`EvalConfig.resolved_protocol()`, as each questi
 `AgentProtocol.for_question`); per sample it builds the main prompt over the overview frames of the
 sample's own video and a `crop_video` toolbox over that same video, then runs
 `paravt.core.run_episodes`. Over a server, samples move as a rolling pool
-(`concurrency` in flight, each advancing on its own); a local checkpoint generates `batch_size`
+(`samples_per_server` in flight on each server, each advancing on its own); a local checkpoint generates `batch_size`
 samples together in lockstep. A sample that cannot be prepared or run (missing video, decode
 failure, engine error, anything raised) comes back as a trace with `error` set; it is counted,
 never dropped.
@@ -52,10 +52,12 @@ class VideoQuestion:
     template: bool = True
 
 
-def build_engine(config: EvalConfig, protocol: AgentProtocol | None = None) -> Engine:
+def build_engine(
+    config: EvalConfig, protocol: AgentProtocol | None = None, base_url: str | None = None
+) -> Engine:
     """The engine for `config`: `HFEngine` for `pretrained` (bfloat16 on CUDA unless `dtype`
-    says otherwise), `OpenAIEngine` for `base_url` (images and request body as the protocol's
-    transport says)."""
+    says otherwise), `OpenAIEngine` for a server (`base_url`, default the config's first; images
+    and request body as the protocol's transport says; the driver's timeout and retries)."""
     protocol = protocol or config.resolved_protocol()
     if config.pretrained:
         from paravt.core.engines import HFEngine
@@ -73,13 +75,14 @@ def build_engine(config: EvalConfig, protocol: AgentProtocol | None = None) -> E
 
     t = protocol.transport
     return OpenAIEngine(
-        base_url=str(config.base_url),
+        base_url=base_url or config.base_urls[0],
         model=str(config.model),
         api_key=config.api_key,
+        timeout_s=config.timeout_s,
         image_format=t.image_format,
         jpeg_quality=t.jpeg_quality,
         minimal_body=t.minimal_body,
-        max_concurrency=max(16, config.concurrency),
+        max_concurrency=max(16, config.in_flight),
         retries=2,  # three attempts, as the released driver makes
     )
 
@@ -121,7 +124,13 @@ class EvalAgent:
     ) -> None:
         self.config = config
         self.protocol = config.resolved_protocol()
-        self.engine = engine if engine is not None else build_engine(config, self.protocol)
+        if engine is not None:
+            self.engines = [engine]
+        elif config.base_url:  # one engine per server; a sample stays on its server
+            self.engines = [build_engine(config, self.protocol, url) for url in config.base_urls]
+        else:
+            self.engines = [build_engine(config, self.protocol)]
+        self.engine = self.engines[0]
         if source is None:
             source = default_source(config, self.protocol)
         self.source = source
@@ -196,34 +205,44 @@ class EvalAgent:
         samples: Sequence[VideoQuestion],
         on_done: Callable[[int, SampleTrace], None] | None,
     ) -> list[SampleTrace]:
-        """At most `concurrency` samples in flight; a new one starts as soon as one finishes."""
-        slots = asyncio.Semaphore(self.config.concurrency)
+        """At most `in_flight` samples in flight; a new one starts as soon as one finishes, on
+        the server with the fewest samples in flight (all its turns and sub-agents go there)."""
+        slots = asyncio.Semaphore(self.config.in_flight)
         out: list[SampleTrace | None] = [None] * len(samples)
+        busy = [0] * len(self.engines)
 
         async def one(i: int, sample: VideoQuestion) -> None:
             async with slots:
+                server = min(range(len(busy)), key=busy.__getitem__)
+                busy[server] += 1
                 try:
-                    prepared = await asyncio.to_thread(self.prepare, sample)
-                except BaseException as exc:
-                    if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
-                        raise
-                    trace = _failed(sample, f"could not prepare the sample: {_describe(exc)}")
-                else:
-                    try:
-                        (episode,) = await run_episodes(
-                            [prepared.task], self.engine, prepared.agent_config, prepared.protocol
-                        )
-                        trace = self._trace(sample, prepared, episode)
-                    except BaseException as exc:
-                        if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
-                            raise
-                        trace = _failed(sample, f"the agent run failed: {_describe(exc)}")
+                    trace = await self._one(sample, self.engines[server])
+                finally:
+                    busy[server] -= 1
             out[i] = trace
             if on_done is not None:
                 on_done(i, trace)
 
         await asyncio.gather(*(one(i, s) for i, s in enumerate(samples)))
         return [t for t in out if t is not None]
+
+    async def _one(self, sample: VideoQuestion, engine: Engine) -> SampleTrace:
+        """One sample on `engine`: its trace, or an errored trace saying what failed."""
+        try:
+            prepared = await asyncio.to_thread(self.prepare, sample)
+        except BaseException as exc:
+            if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
+                raise
+            return _failed(sample, f"could not prepare the sample: {_describe(exc)}")
+        try:
+            (episode,) = await run_episodes(
+                [prepared.task], engine, prepared.agent_config, prepared.protocol
+            )
+        except BaseException as exc:
+            if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
+                raise
+            return _failed(sample, f"the agent run failed: {_describe(exc)}")
+        return self._trace(sample, prepared, episode)
 
     def _trace(self, sample: VideoQuestion, prepared: Prepared, episode: Episode) -> SampleTrace:
         trace = trace_from_episode(

@@ -2,7 +2,7 @@
 
 paravt-eval ask --model PATH|tiny --video V "question" [--json]
 paravt-eval tasks SYNTH_DIR [--out DIR] [--limit N] | paravt-eval tasks --paper
-paravt-eval reproduce [--out DIR] [--checkpoints base=PATH,...] [...]
+paravt-eval reproduce [--out DIR] [--paper-splits --checkpoints base=PATH|URL,...] [...]
 """
 
 from __future__ import annotations
@@ -252,12 +252,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--paper-splits",
         action="store_true",
         help="instead: Table 1 on the seven paper splits for --checkpoints, through lmms-eval "
-        "(needs the datasets and a GPU)",
+        "(needs the datasets; local checkpoints need a GPU, served ones run over the servers)",
     )
     rep.add_argument(
         "--checkpoints",
         default=None,
-        help="with --paper-splits: stage=PATH pairs, e.g. base=ckpt/base,para_grpo=ckpt/para",
+        help="with --paper-splits: stage=PATH or stage=URL pairs (stages base, sft, grpo, "
+        "para_grpo), e.g. base=ckpt/base,para_grpo=http://a:8000/v1|http://b:8000/v1 (a served "
+        "model over several servers: 4 samples in flight on each, 1800 s per request, as the "
+        "released driver)",
     )
     rep.add_argument("--device", default="cpu", help="where the miniature trains and evaluates")
     rep.set_defaults(func=cmd_reproduce)

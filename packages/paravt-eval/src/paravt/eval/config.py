@@ -20,6 +20,12 @@ from paravt.core import AgentConfig, AgentProtocol, PromptMode, get_protocol
 from paravt.core.agent_protocol import PAPER_PROTOCOL, PROTOCOL_FILE, PROTOCOLS
 
 MAX_OVERVIEW_FRAMES = 512
+# The released driver's server settings (github.com/EvolvingLMMs-Lab/ParaVT, commit cf55249):
+# `OPENAI_TIMEOUT_S = 1800.0` (paravt/eval/driver.py:206, and `timeout=1800.0` in utils.py:616) and
+# `--workers_per_shard` 4 (driver.py:588, configs/withtool.yaml:52): one shard of samples per
+# server, 4 samples in flight in each.
+DRIVER_TIMEOUT_S = 1800.0
+DRIVER_SAMPLES_PER_SERVER = 4
 
 
 class EvalConfig(BaseModel):
@@ -35,7 +41,10 @@ class EvalConfig(BaseModel):
         None, description="Local checkpoint directory (any Qwen3-VL-architecture model)."
     )
     base_url: str | None = Field(
-        None, description="OpenAI-compatible server, e.g. http://localhost:8000/v1."
+        None,
+        description="OpenAI-compatible server(s), e.g. http://localhost:8000/v1; several "
+        "separated by '|' (lmms-eval splits model_args at commas), e.g. "
+        "http://a:8000/v1|http://b:8000/v1: samples go to the server with the fewest in flight.",
     )
     model: str | None = Field(None, description="Model name on the server (with base_url).")
     api_key: str | None = Field(None, description="Bearer token for the server, if it needs one.")
@@ -93,11 +102,26 @@ class EvalConfig(BaseModel):
     batch_size: int = Field(
         1, ge=1, le=256, description="Local checkpoints: samples generated together in lockstep."
     )
-    concurrency: int = Field(
-        32,
+    samples_per_server: int = Field(
+        DRIVER_SAMPLES_PER_SERVER,
         ge=1,
         le=1024,
-        description="OpenAI-compatible servers: samples in flight at once (a rolling pool).",
+        description="Servers: samples in flight per server, each moving on its own (a rolling "
+        "pool; the released driver's workers_per_shard).",
+    )
+    concurrency: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="Servers: samples in flight over all servers at once (default: "
+        "samples_per_server x the number of servers).",
+    )
+    timeout_s: float = Field(
+        DRIVER_TIMEOUT_S,
+        gt=0,
+        le=86400,
+        description="Servers: one request at most, in seconds (the released driver's OpenAI "
+        "client timeout: a 64-frame overview with three tool turns under load needs minutes).",
     )
     device: str = Field("cpu", description="torch device for a local checkpoint.")
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
@@ -127,6 +151,14 @@ class EvalConfig(BaseModel):
                 "video_channel=video_url hands the video file to a server to decode; a local "
                 "checkpoint takes images: use video_channel=images or base_url=...,model=..."
             )
+        if self.base_url is not None and not self.base_urls:
+            raise ValueError("base_url is empty: give http://host:port/v1 (several: joined by '|')")
+        for url in self.base_urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(
+                    f"base_url {url!r} is not an http(s) URL; give e.g. http://127.0.0.1:8000/v1 "
+                    "(several: joined by '|')"
+                )
         if self.base_url and not self.model:
             raise ValueError("base_url needs model=NAME (the model name the server serves)")
         if self.pretrained and not Path(self.pretrained).expanduser().is_dir():
@@ -135,6 +167,20 @@ class EvalConfig(BaseModel):
                 "directory (config.json, weights, processor files)"
             )
         return self
+
+    @property
+    def base_urls(self) -> list[str]:
+        """The servers of `base_url` (several are separated by '|'), in order."""
+        if not self.base_url:
+            return []
+        return [u.strip().rstrip("/") for u in self.base_url.split("|") if u.strip()]
+
+    @property
+    def in_flight(self) -> int:
+        """Samples in flight at once over all servers."""
+        if self.concurrency is not None:
+            return self.concurrency
+        return self.samples_per_server * max(1, len(self.base_urls))
 
     @property
     def model_name(self) -> str:

@@ -174,7 +174,7 @@ class ParaVT(lmms):
     def generate_until(self, requests: list[Instance]) -> list[str]:
         """Run the agent on every request's video and question; return the answers, in order.
 
-        Over a server the samples run as a rolling pool (`concurrency` in flight); a local
+        Over servers the samples run as a rolling pool (`samples_per_server` in flight on each); a local
         checkpoint runs them in lockstep batches of `batch_size`. Anything the task's code raises
         while building a request (`SystemExit` included) makes that sample an errored trace."""
         answers: list[str] = [""] * len(requests)

@@ -6,7 +6,7 @@ kernel and SGLang refuses to start or stalls on multimodal requests: pytorch/pyt
 sgl-project/sglang#14564); SGLang's version when it is installed here (it need not be: servers
 may run elsewhere), `SGLANG_RETURN_ORIGINAL_LOGPROB` (it would make rollout log-probs
 pre-temperature, unlike the trainer's); and every SGLang server given with `--server` (or in a
-recipe's `rollout.server.urls`): `/health`, `/get_model_info`, its weight version.
+recipe's `rollout.server.urls`): `/health`, `/model_info`, its weight version.
 
 With `--recipe`, the machine is judged against that recipe: a CPU recipe (`distributed.device`
 cpu, or auto with no GPU here, and no GPU-only setting) passes on a CPU machine; a GPU recipe
@@ -264,7 +264,7 @@ def check_cudnn(torch_version: str, raw: int | None) -> Finding:
 
 
 def check_servers(urls: Sequence[str], timeout_s: float = 5.0) -> list[Finding]:
-    """`/health` and `/get_model_info` of every SGLang server URL."""
+    """`/health` and `/model_info` (SGLang >= 0.5.6) of every SGLang server URL."""
     import httpx
 
     out = []
@@ -274,7 +274,12 @@ def check_servers(urls: Sequence[str], timeout_s: float = 5.0) -> list[Finding]:
             health = httpx.get(base + "/health", timeout=timeout_s)
             if health.status_code != 200:
                 raise RuntimeError(f"/health answered HTTP {health.status_code}")
-            info = httpx.get(base + "/get_model_info", timeout=timeout_s).json()
+            reply = httpx.get(base + "/model_info", timeout=timeout_s)
+            if reply.status_code == 404:
+                raise RuntimeError(
+                    "no /model_info: SGLang older than 0.5.6 (supported: 0.5.6-0.5.23)"
+                )
+            info = reply.json()
         except Exception as exc:
             out.append(
                 Finding(

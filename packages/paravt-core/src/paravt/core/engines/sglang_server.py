@@ -6,30 +6,40 @@ memory pool is shared with training. Token in, token out: prompts are tokenized 
 processor's own chat template (`HFChatEncoder`, as `HFEngine`), the ids go to the server, and the
 sampled ids and their log-probs come back.
 
-The SGLang API this relies on (field names from SGLang's `python/sglang/srt/managers/io_struct.py`
-and `tokenizer_manager.py`, 0.5.x):
+The SGLang API this relies on, for SGLang 0.5.6 to 0.5.23 (routes, fields, status codes and body
+types checked against SGLang's source, with line citations, by
+`packages/paravt-core/tests/test_sglang_contract.py`, which also holds this client and the
+stand-in server `paravt.core.fake_sglang` to them):
 
 - `POST /generate` with `GenerateReqInput` fields `input_ids` (one list), `image_data` (a list of
   images: URLs, file paths or base64 data URLs), `sampling_params` (`max_new_tokens`,
-  `temperature`, `top_p`, `top_k`, `skip_special_tokens`), `return_logprob`,
-  `logprob_start_len`. The reply's `meta_info` holds `finish_reason` (`{"type": "stop" | "length" |
-  "abort", ...}`), `prompt_tokens`, `weight_version` (the server's `server_args.weight_version`)
-  and, with `return_logprob`, `output_token_logprobs` / `input_token_logprobs` as
-  `[logprob, token_id, text_or_null]` triples. `output_ids` is the fallback for the ids.
-  Unless the server runs with `SGLANG_RETURN_ORIGINAL_LOGPROB=1`, output log-probs are computed
-  after temperature scaling: log_softmax(logits / T), what a trainer recomputes with the same T.
+  `temperature`, `top_p`, `top_k`, `skip_special_tokens`, `sampling_seed`: SGLang 0.5.23 rejects
+  unknown sampling keys with 400), `return_logprob`, `logprob_start_len`. The reply's `meta_info`
+  holds `finish_reason` (`{"type": "stop" | "length" | "abort", ...}`), `prompt_tokens`,
+  `weight_version` (the server's version when the reply was built) and, with `return_logprob`,
+  `output_token_logprobs` / `input_token_logprobs` as `[logprob, token_id, text_or_null]` triples.
+  `output_ids` is the fallback for the ids. Unless the server runs with
+  `SGLANG_RETURN_ORIGINAL_LOGPROB=1`, output log-probs are computed after temperature scaling:
+  log_softmax(logits / T), what a trainer recomputes with the same T.
 - For a multimodal request SGLang decodes `input_ids` to text and lets its processor expand each
   `<|vision_start|><|image_pad|><|vision_end|>` from the image. Our trajectories hold the expanded
   ids (what the trainer scores), so each run of pad tokens is collapsed to one pad before sending;
   `meta_info.prompt_tokens` is compared with our own count to catch any drift.
+- `GET /model_info` (`model_path`, `weight_version`, ...; `/get_model_info` is its deprecated
+  alias, and `/get_weight_version` is gone since 0.5.12). After `/update_weights_from_disk` SGLang
+  reports the loaded directory as `model_path` (and as the served model name): compare versions,
+  never paths.
 - Weight sync: `POST /update_weights_from_disk` (`UpdateWeightFromDiskReqInput`: `model_path`,
-  `load_format`, `abort_all_requests`, `weight_version`), `POST /init_weights_update_group`
+  `load_format`, `abort_all_requests`, `weight_version`; 200 or 400 with
+  `{"success", "message", "num_paused_requests"}`), `POST /init_weights_update_group`
   (`master_address`, `master_port`, `rank_offset`, `world_size`, `group_name`, `backend`),
   `POST /update_weights_from_distributed` (`names`, `dtypes`, `shapes`, `group_name`,
-  `flush_cache`, `weight_version`); replies are `{"success": bool, "message": str}`.
-  `POST /release_memory_occupation` and `POST /resume_memory_occupation` (optional `tags`, e.g.
-  `["weights", "kv_cache"]`), `POST /flush_cache`, `GET /health`, `GET /get_model_info`
-  (`model_path`, `weight_version`, ...).
+  `flush_cache`, `weight_version`); replies `{"success": bool, "message": str}`, 400 on failure.
+- `POST /pause_generation` (`mode`: abort, retract, in_place; another mode is a 400) and
+  `POST /continue_generation`, both with a JSON body (`{}` at least: an empty POST is a 400).
+- `POST /release_memory_occupation` and `POST /resume_memory_occupation` (optional `tags`, e.g.
+  `["weights", "kv_cache"]`; 200 with the body `null`), `POST /flush_cache` (plain text; 400 while
+  requests run or wait), `GET /health` (empty body).
 
 Every reply's `weight_version` is checked against the version the trainer last pushed
 (`expected_weight_version`): a rollout never uses stale weights unknowingly. Requests have timeouts
@@ -557,26 +567,40 @@ class SGLangServerEngine(HFChatEncoder):
     # ------------------------------------------------------------------------ health and control
 
     def health(self, *, timeout_s: float = 10.0) -> dict[str, Any]:
-        """`GET /health` and `GET /get_model_info` of every URL; raises `ServerError` naming the
+        """`GET /health` and `GET /model_info` of every URL; raises `ServerError` naming the
         servers that do not answer. Returns the model info per URL."""
         infos: dict[str, Any] = {}
         bad: list[str] = []
         for url in dict.fromkeys([*self.urls, *self.weight_urls]):
             try:
                 self._request_sync("GET", url, "/health", timeout_s=timeout_s)
-                infos[url] = self._request_sync("GET", url, "/get_model_info", timeout_s=timeout_s)
+                infos[url] = self.model_info(url, timeout_s=timeout_s)
             except ServerError as exc:
                 bad.append(str(exc))
         if bad:
             raise ServerError("unhealthy SGLang server(s):\n" + "\n".join(bad))
         return infos
 
+    def model_info(self, url: str, *, timeout_s: float | None = None) -> dict[str, Any]:
+        """`GET /model_info` of one server (SGLang >= 0.5.6; a 404 says the version is older)."""
+        try:
+            info = self._request_sync("GET", url, "/model_info", timeout_s=timeout_s)
+        except ServerError as exc:
+            if "HTTP 404" not in str(exc):
+                raise
+            raise ServerError(
+                f"{url} has no /model_info: SGLang older than 0.5.6? ParaVT supports SGLang "
+                "0.5.6 to 0.5.23 (pip install 'sglang>=0.5.6')"
+            ) from None
+        if not isinstance(info, dict):
+            raise ServerError(f"{url}/model_info returned {type(info).__name__}, not a JSON object")
+        return info
+
     def server_weight_versions(self) -> dict[str, str | None]:
-        """The weight version each weight URL reports (`GET /get_model_info`)."""
+        """The weight version each weight URL reports (`weight_version` of `GET /model_info`)."""
         out: dict[str, str | None] = {}
         for url in self.weight_urls:
-            info = self._request_sync("GET", url, "/get_model_info")
-            version = info.get("weight_version") if isinstance(info, dict) else None
+            version = self.model_info(url).get("weight_version")
             out[url] = None if version is None else str(version)
         return out
 
@@ -587,8 +611,18 @@ class SGLangServerEngine(HFChatEncoder):
                 raise ServerError(f"{url}{path} failed: {reply.get('message')}")
 
     def flush_cache(self) -> None:
-        """`POST /flush_cache` on every weight URL (drop the prefix cache)."""
-        self._post_all("/flush_cache", {})
+        """`POST /flush_cache` on every weight URL (drop the prefix cache). SGLang refuses (HTTP
+        400, plain text) while requests run or wait: that is a `ServerError` saying so."""
+        try:
+            self._post_all("/flush_cache", {})
+        except ServerError as exc:
+            if "HTTP 400" not in str(exc):
+                raise
+            raise ServerError(
+                f"{exc.args[0].split(' answered')[0]} did not flush its cache: SGLang flushes only "
+                "when no request is running or waiting; flush between steps, or pause generation "
+                "first (pause_generation('retract'))"
+            ) from None
 
     def release_memory(self, tags: Sequence[str] | None = None) -> None:
         """`POST /release_memory_occupation`: free the servers' GPU memory (weights and KV cache,

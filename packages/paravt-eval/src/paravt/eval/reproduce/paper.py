@@ -3,10 +3,12 @@
 `--paper-splits --checkpoints base=PATH,...,para_grpo=PATH` runs each checkpoint on the
 `paravt_paper` task group (the released driver's datasets, question layout and scoring) under
 protocol=paper in one lmms-eval run: agentic_general for the MCQ splits, agentic_minimal for
-Charades-STA (the protocol's mode for grounding questions), as the released driver ran them. The
-driver decoded Charades-STA videos on its vLLM server (the video_url channel); a local checkpoint
-takes images, so here Charades-STA's overview is 64 frames like the other splits, and the table
-says so. It needs the datasets and a GPU; each (checkpoint, task) cell is a JSON file under
+Charades-STA (the protocol's mode for grounding questions), as the released driver ran them. A stage
+may be served instead (`para_grpo=http://a:8000/v1|http://b:8000/v1`, vLLM or SGLang): its splits
+then run over the servers as a rolling pool with the driver's limits, and Charades-STA's video is
+decoded by the server (the driver's video_url channel). A local checkpoint takes images, so there
+Charades-STA's overview is 64 frames like the other splits, and the table says so. It needs the
+datasets (and, for local checkpoints, a GPU); each (checkpoint, task) cell is a JSON file under
 `OUT/paper_cells/` (with its errored count and reasons) and is never re-run.
 """
 
@@ -42,6 +44,7 @@ PAPER_COLUMNS = (
     Column("paravt_paper_mmvu", "MMVU", "accuracy"),
     Column("paravt_paper_charades", "Charades-STA (mIoU)", "miou"),
 )
+CHARADES = "paravt_paper_charades"
 # No prompt_mode: the paper protocol's own (agentic_general, grounding agentic_minimal). No
 # video_channel: video_url is for servers, and these are local checkpoints.
 PAPER_PROTOCOL = {"protocol": "paper"}
@@ -56,22 +59,55 @@ PAPER_TABLE1 = {
 }
 
 
-def parse_checkpoints(text: str | None) -> dict[str, Path]:
-    """`base=PATH,sft=PATH` -> {stage: path}; unknown stages and missing directories are errors."""
-    out: dict[str, Path] = {}
+@dataclass(frozen=True)
+class Servers:
+    """A stage served by OpenAI-compatible servers: `base_url` as EvalConfig takes it (several
+    URLs joined by '|')."""
+
+    base_url: str
+
+    def model_name(self) -> str:
+        """The served model's name: the first of `GET /models` on the first server."""
+        import httpx
+
+        url = self.base_url.split("|")[0].strip().rstrip("/") + "/models"
+        try:
+            reply = httpx.get(url, timeout=30)
+            reply.raise_for_status()
+            return str(reply.json()["data"][0]["id"])
+        except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+            raise ValueError(
+                f"--checkpoints: cannot read the served model's name from {url} "
+                f"({type(exc).__name__}: {exc}); is the server up, and does the URL end in /v1?"
+            ) from None
+
+
+Source = Path | Servers
+
+
+def parse_checkpoints(text: str | None) -> dict[str, Source]:
+    """`base=PATH,para_grpo=http://a:8000/v1|http://b:8000/v1` -> {stage: checkpoint directory or
+    servers}; unknown stages, missing directories and non-URLs are errors."""
+    out: dict[str, Source] = {}
     for item in (text or "").split(","):
         if not item.strip():
             continue
-        stage, sep, path = item.partition("=")
-        stage = stage.strip()
+        stage, sep, value = item.partition("=")
+        stage, value = stage.strip(), value.strip()
         if not sep or stage not in STAGES:
             raise ValueError(
-                f"--checkpoints entry {item!r}: expected stage=PATH with stage one of "
-                f"{', '.join(STAGES)}"
+                f"--checkpoints entry {item!r}: expected stage=PATH or stage=URL with stage one "
+                f"of {', '.join(STAGES)}"
             )
-        p = Path(path.strip()).expanduser()
+        if value.startswith(("http://", "https://")):
+            out[stage] = Servers(value)
+            continue
+        p = Path(value).expanduser()
         if not p.is_dir():
-            raise ValueError(f"--checkpoints {stage}: {p} is not a checkpoint directory")
+            raise ValueError(
+                f"--checkpoints {stage}: {p} is not a checkpoint directory (a served model: "
+                "give its URL, http://host:port/v1, several joined by '|')"
+            )
         out[stage] = p
     return out
 
@@ -106,35 +142,45 @@ def _metric(values: dict[str, Any], name: str) -> float | None:
 def run_lmms_cells(
     out: Path,
     model: str,
-    checkpoint: Path,
+    checkpoint: Source,
     columns: tuple[Column, ...],
     protocol: dict[str, Any],
     *,
     device: str = "cuda",
     batch_size: int = 8,
+    run_name: str | None = None,
 ) -> None:
-    """Evaluate every missing (model, task) cell of `columns` with one lmms-eval CLI run."""
+    """Evaluate every missing (model, task) cell of `columns` with one lmms-eval CLI run: a local
+    checkpoint through transformers (lockstep batches of `batch_size` on `device`), or servers
+    (a rolling pool over them, the driver's in-flight limit and timeout; no transformers)."""
     from paravt.eval.paper_tasks import paper_task_dir
 
     todo = [c for c in columns if not _cell_path(out, model, c.task).is_file()]
     if not todo:
         return
-    run_dir = out / "lmms" / model
-    args = [f"pretrained={checkpoint}", *(f"{k}={v}" for k, v in protocol.items())]
-    args += [f"device={device}", f"traces={out / 'traces' / f'{model}.jsonl'}"]
+    name = run_name or model
+    run_dir = out / "lmms" / name
+    if isinstance(checkpoint, Servers):
+        args = [f"base_url={checkpoint.base_url}", f"model={checkpoint.model_name()}"]
+    else:
+        args = [f"pretrained={checkpoint}", f"device={device}"]
+    args += [f"{k}={v}" for k, v in protocol.items()]
+    args += [f"traces={out / 'traces' / f'{name}.jsonl'}"]
     cmd = [sys.executable, "-m", "lmms_eval", "--model", "paravt"]
     cmd += ["--model_args", ",".join(args), "--tasks", ",".join(c.task for c in todo)]
-    cmd += ["--output_path", str(run_dir), "--batch_size", str(batch_size), "--log_samples"]
+    cmd += ["--output_path", str(run_dir), "--log_samples"]
+    if not isinstance(checkpoint, Servers):
+        cmd += ["--batch_size", str(batch_size)]
     cmd += ["--include_path", str(paper_task_dir())]
     log(f"{model}: lmms-eval on {', '.join(c.task for c in todo)}")
     t0 = time.perf_counter()
-    log_path = out / "logs" / f"lmms_{model}.log"
+    log_path = out / "logs" / f"lmms_{name}.log"
     code, tail = _run(cmd, log_path)
     files = sorted(run_dir.rglob("*_results.json"), key=lambda p: p.stat().st_mtime)
     if code != 0 or not files:  # lmms-eval can exit 0 without results
         raise RuntimeError(f"lmms-eval for {model} failed (exit {code}); see {log_path}:\n{tail}")
     results = json.loads(files[-1].read_text(encoding="utf-8"))
-    summary_path = out / "traces" / f"{model}.summary.json"
+    summary_path = out / "traces" / f"{name}.summary.json"
     summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}
     for c in todo:
         values = results.get("results", {}).get(c.task)
@@ -164,12 +210,28 @@ def run_paper_splits(out: Path, checkpoints: str | None, device: str) -> list[st
         raise ValueError(
             "--paper-splits needs --checkpoints stage=PATH,... (base, sft, grpo, para_grpo)"
         )
-    for stage, path in ckpts.items():
-        run_lmms_cells(out, stage, path, PAPER_COLUMNS, PAPER_PROTOCOL, device=device)
-    return render_table1(out, list(ckpts))
+    for stage, source in ckpts.items():
+        if isinstance(source, Servers):
+            # as the driver ran them: the MCQ splits over image frames, Charades-STA with the
+            # video handed to the server to decode (its video_url channel)
+            mcq = tuple(c for c in PAPER_COLUMNS if c.task != CHARADES)
+            charades = tuple(c for c in PAPER_COLUMNS if c.task == CHARADES)
+            run_lmms_cells(out, stage, source, mcq, PAPER_PROTOCOL)
+            run_lmms_cells(
+                out,
+                stage,
+                source,
+                charades,
+                {**PAPER_PROTOCOL, "video_channel": "video_url"},
+                run_name=f"{stage}_charades",
+            )
+        else:
+            run_lmms_cells(out, stage, source, PAPER_COLUMNS, PAPER_PROTOCOL, device=device)
+    served = [s for s, src in ckpts.items() if isinstance(src, Servers)]
+    return render_table1(out, list(ckpts), served=served)
 
 
-def render_table1(out: Path, models: list[str]) -> list[str]:
+def render_table1(out: Path, models: list[str], served: list[str] | None = None) -> list[str]:
     cols = [c.label for c in PAPER_COLUMNS]
     lines = ["## Table 1: the paper's seven splits (percent; mIoU for Charades-STA)", ""]
     lines += ["| Model | " + " | ".join(cols) + " | Avg |", "|---|" + "---|" * (len(cols) + 1)]
@@ -191,7 +253,14 @@ def render_table1(out: Path, models: list[str]) -> list[str]:
     for name, vals in PAPER_TABLE1.items():
         cells = [f"{v:.1f}" for v in vals]
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {sum(vals) / len(vals):.1f} |")
-    lines += ["", f"Protocol: paper. {CHANNEL_NOTE}"]
+    served = served or []
+    local = [m for m in models if m not in served]
+    note = f"Protocol: paper. Served ({', '.join(served)}): " if served else "Protocol: paper. "
+    if served:
+        note += "Charades-STA through the video_url channel, as the driver ran it. "
+    if local:
+        note += (f"Local checkpoints ({', '.join(local)}): " if served else "") + CHANNEL_NOTE
+    lines += ["", note.strip()]
     if errored:
         lines += ["", "Errored samples (scored wrong): " + "; ".join(errored) + "."]
     return [*lines, ""]

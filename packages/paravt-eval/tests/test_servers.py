@@ -1,0 +1,100 @@
+"""Evaluation over several OpenAI-compatible servers: a rolling pool spread over them, the driver's
+defaults (4 samples in flight per server, 1800 s per request), every sample counted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from paravt.core import Frame
+from paravt.core.testing import StaticToolbox
+from paravt.eval.agent import EvalAgent, VideoQuestion
+from paravt.eval.config import EvalConfig, parse_eval_config
+from paravt.eval.fake_server import FakeChatServer
+
+
+class PixelSource:
+    """Tiny real frames (the OpenAI engine encodes them as data URLs) and a static toolbox."""
+
+    def overview(self, video, num_frames):
+        pixels = np.zeros((28, 28, 3), dtype=np.uint8)
+        return 60.0, [Frame(pixels, 60.0 * (i + 0.5) / num_frames) for i in range(num_frames)]
+
+    def toolbox(self, video):
+        return StaticToolbox(duration_s=60.0)
+
+
+def answer(body):
+    return "<think>It is not A.</think><answer>B</answer>"
+
+
+def samples(n):
+    return [
+        VideoQuestion(f"s{i}", f"v{i}.mp4", "What colour?", options=["red", "blue"], doc_id=i)
+        for i in range(n)
+    ]
+
+
+def test_the_drivers_server_defaults_are_the_defaults():
+    config = EvalConfig(base_url="http://127.0.0.1:1/v1", model="m")
+    assert config.timeout_s == 1800.0 and config.samples_per_server == 4
+    assert config.in_flight == 4
+    two = EvalConfig(base_url="http://a:1/v1| http://b:2/v1/", model="m")
+    assert two.base_urls == ["http://a:1/v1", "http://b:2/v1"] and two.in_flight == 8
+    assert (
+        EvalConfig(base_url="http://a:1/v1|http://b:2/v1", model="m", concurrency=3).in_flight == 3
+    )
+
+
+@pytest.mark.parametrize(
+    ("base_url", "message"),
+    [("|", "base_url is empty"), ("http://a:1/v1|localhost:8000", r"not an http\(s\) URL")],
+)
+def test_a_bad_server_list_is_refused_naming_it(base_url, message):
+    with pytest.raises(ValueError, match=message):
+        parse_eval_config({"base_url": base_url, "model": "m"})
+
+
+def test_samples_are_spread_over_every_server_within_the_per_server_limit():
+    latency = lambda body: 0.15  # noqa: E731 - every request takes a while, so samples overlap
+    with (
+        FakeChatServer(answer, latency, model="m") as a,
+        FakeChatServer(answer, latency, model="m") as b,
+    ):
+        config = EvalConfig(
+            base_url=f"{a.base_url}|{b.base_url}",
+            model="m",
+            protocol="paper",
+            main_nframes=2,
+            samples_per_server=2,
+        )
+        agent = EvalAgent(config, source=PixelSource())
+        assert agent.rolling and [e.base_url for e in agent.engines] == [a.base_url, b.base_url]
+        traces = agent.run(samples(12))
+    assert [t.doc_id for t in traces] == list(range(12))
+    assert all(t.error is None and t.answer == "B" for t in traces)
+    # paper protocol, answered in the first turn: one request per sample
+    assert len(a.bodies) + len(b.bodies) == 12
+    assert len(a.bodies) >= 4 and len(b.bodies) >= 4
+    assert a.max_in_flight == 2 and b.max_in_flight == 2  # filled, never past the limit
+
+
+def test_a_server_that_is_down_errors_its_samples_and_the_others_still_count():
+    with FakeChatServer(answer, model="m") as up:
+        down = "http://127.0.0.1:9/v1"  # discard port: nothing listens
+        config = EvalConfig(
+            base_url=f"{up.base_url}|{down}",
+            model="m",
+            protocol="paper",
+            main_nframes=2,
+            samples_per_server=1,
+        )
+        agent = EvalAgent(config, source=PixelSource())
+        for engine in agent.engines:
+            engine.retry_backoff_s = 0.0
+        traces = agent.run(samples(6))
+    assert len(traces) == 6
+    errored = [t for t in traces if t.error]
+    assert errored and all(down in str(t.error) for t in errored)
+    assert all(t.answer == "B" for t in traces if not t.error)
+    assert len(errored) < 6
