@@ -240,8 +240,173 @@ def _run(schedule: str, base_url: str) -> dict[str, Any]:
     }
 
 
+# ---------------------------------------------------------------------------------------------
+# Paper protocol over servers with bounded slots (issue: the released-checkpoint path)
+#
+# The paper protocol has no sub-agents: a sample is a chain of main requests (tool turns whose
+# cropped frames come back into the context, then the answer), one request in flight per sample.
+# The stand-in server runs at most `slots` requests at once (a server with that many sequences);
+# the pool keeps `slots` samples in flight (samples_per_server), so the zero-overhead ideal is a
+# rolling pool of `slots` over the samples' chains. Frames: 64 overview frames of 224x224
+# (the driver's 50176-pixel budget), sent as the driver sends them (JPEG, quality 85).
+
+SLOTS = (1, 4, 16)
+PAPER_FRAMES = 64
+FRAME = np.tile(np.linspace(0, 255, 224, dtype=np.uint8)[None, :, None], (224, 1, 3))
+
+
+def paper_path(sample: int) -> float:
+    """Unscaled seconds of one paper-protocol sample: its main requests, one after another."""
+    total = 0.0
+    for turn in range(MAX_TURNS):
+        total += latency(sample, "main", turn)
+        if calls_in(sample, turn) == 0:
+            break
+    return total
+
+
+def _sample_of(body: dict[str, Any]) -> int:
+    return int(_SAMPLE.search(json.dumps(body["messages"][1]["content"]))[1])  # type: ignore[index]
+
+
+def paper_reply(body: dict[str, Any]) -> str:
+    sample, turn = _sample_of(body), assistant_turns(body)
+    n = calls_in(sample, turn)
+    if n == 0 or turn >= MAX_TURNS - 1:
+        return "<think>The rider is clear.</think><answer>B</answer>"
+    calls = "".join(
+        '<tool_call>{"name": "crop_video", "arguments": '
+        f'{{"start_time": {window(turn, k)[0]}, "end_time": {window(turn, k)[1]}}}}}</tool_call>'
+        for k in range(n)
+    )
+    return "<think>Look closer.</think>" + calls
+
+
+def paper_latency(body: dict[str, Any]) -> float:
+    return latency(_sample_of(body), "main", assistant_turns(body)) * TIME_SCALE
+
+
+class PaperSource:
+    """64 frames of 224x224 per overview, two per crop window (no decoding)."""
+
+    def overview(self, video: str, num_frames: int) -> tuple[float, list[Frame]]:
+        return 600.0, [Frame(FRAME, 600.0 * (i + 0.5) / num_frames) for i in range(num_frames)]
+
+    def toolbox(self, video: str) -> Toolbox:
+        return PaperToolbox()
+
+
+class PaperToolbox:
+    async def execute(self, calls: list[CropVideoArgs]) -> list[ToolOutput]:
+        return [
+            ToolOutput(
+                frames=[Frame(FRAME, c.start_time), Frame(FRAME, c.end_time)],
+                window_s=(c.start_time, c.end_time),
+            )
+            for c in calls
+        ]
+
+
+def _serve_slots(conn: Any, slots: int) -> None:
+    import threading
+
+    gate = threading.Semaphore(slots)
+
+    def slotted(body: dict[str, Any]) -> float:
+        return paper_latency(body)
+
+    server = FakeChatServer(paper_reply, None, record=False)
+    inner = server.reply
+
+    def reply_in_slot(body: dict[str, Any]) -> str:
+        with gate:  # at most `slots` requests are worked on at once; the rest wait their turn
+            time.sleep(slotted(body))
+            return inner(body)
+
+    server.reply = reply_in_slot
+    with server:
+        conn.send(server.base_url)
+        conn.recv()
+        conn.send(server.max_in_flight)
+
+
+def paper_samples(n: int) -> list[VideoQuestion]:
+    return [
+        VideoQuestion(f"s{i}", "v.mp4", f"Sample {i}: what passes?", options=["a car", "a bike"])
+        for i in range(n)
+    ]
+
+
+def run_pool_paper(base_url: str, model: str, in_flight: int, n: int, source: Any) -> dict:
+    config = EvalConfig(
+        base_url=base_url,
+        model=model,
+        protocol="paper",
+        main_nframes=PAPER_FRAMES,
+        samples_per_server=in_flight,
+        max_turns=MAX_TURNS,
+    )
+    agent = EvalAgent(config, source=source)
+    t0 = time.perf_counter()
+    traces = agent.run(paper_samples(n))
+    elapsed = time.perf_counter() - t0
+    errors = [t.error for t in traces if t.error]
+    return {
+        "in_flight": in_flight,
+        "samples": n,
+        "seconds": round(elapsed, 3),
+        "samples_per_s": round(n / elapsed, 3),
+        "errored": len(errors),
+        "first_error": errors[0] if errors else None,
+        "tool_calls": sum(t.num_tool_calls for t in traces),
+    }
+
+
+def slots_bench() -> list[dict[str, Any]]:
+    rows = []
+    for slots in SLOTS:
+        n = 8 * slots
+        parent, child = multiprocessing.get_context("fork").Pipe()
+        ctx = multiprocessing.get_context("fork")
+        proc = ctx.Process(target=_serve_slots, args=(child, slots), daemon=True)
+        proc.start()
+        base_url = parent.recv()
+        try:
+            row = run_pool_paper(base_url, "fake", slots, n, PaperSource())
+        finally:
+            parent.send("stop")
+            row["max_requests_in_flight"] = parent.recv() if parent.poll(10) else None
+            proc.join(10)
+        assert row["errored"] == 0, row["first_error"]
+        ideal_s = pool_makespan([paper_path(i) * TIME_SCALE for i in range(n)], slots)
+        row["ideal_samples_per_s"] = round(n / ideal_s, 3)
+        row["of_ideal"] = round(row["samples_per_s"] * ideal_s / n, 3)
+        rows.append(row)
+    return rows
+
+
+def vllm_bench(url: str, model: str) -> list[dict[str, Any]]:
+    """The rolling pool against a real server (no ideal: its service times are its own)."""
+    rows = []
+    for in_flight in SLOTS:
+        rows.append(run_pool_paper(url, model, in_flight, max(8, 2 * in_flight), PaperSource()))
+    return rows
+
+
 def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--vllm-url",
+        help="also measure against this running OpenAI-compatible server (http://host:port/v1), "
+        "e.g. vLLM's CPU build on the tiny checkpoint",
+    )
+    parser.add_argument("--vllm-model", default="tiny", help="the served model name")
+    args = parser.parse_args()
     load_start = [round(x, 2) for x in os.getloadavg()]
+    slot_rows = slots_bench()
+    vllm_rows = vllm_bench(args.vllm_url, args.vllm_model) if args.vllm_url else None
     paths = [critical_path(i) * TIME_SCALE for i in range(N_SAMPLES)]
     ideal_pool_s = pool_makespan(paths, CONCURRENCY)
     bound_s = max(sum(paths) / CONCURRENCY, max(paths))
@@ -279,6 +444,19 @@ def main() -> None:
         "pool_over_lockstep": round(pool_rate / measured["lockstep"]["samples_per_s"], 3),
         "goal": "pool samples/s >= 0.8 x ideal for the concurrency",
         "met": pool_rate >= 0.8 * ideal_rate,
+        "paper_protocol_slots": {
+            "what": "protocol=paper (64 overview frames of 224x224 as JPEG q85, no sub-agents), "
+            "a stand-in server that works on at most `slots` requests at once, "
+            "samples_per_server = slots; ideal = zero-overhead rolling pool of `slots` chains",
+            "goal": "samples/s >= 0.9 x ideal at every slot count",
+            "rows": slot_rows,
+            "met": all(r["of_ideal"] >= 0.9 for r in slot_rows),
+        },
+        "paper_protocol_vllm": {
+            "what": "the same pool against a real server (--vllm-url), 1/4/16 samples in flight",
+            "server": args.vllm_url,
+            "rows": vllm_rows,
+        },
         "load_average_start": load_start,
         "load_average_end": [round(x, 2) for x in os.getloadavg()],
         "cpu_count": os.cpu_count(),
@@ -303,6 +481,20 @@ def main() -> None:
         f"pool/ideal {result['pool_over_ideal']:.2f} (goal >= 0.8: "
         f"{'met' if result['met'] else 'NOT met'}), pool/lockstep {result['pool_over_lockstep']:.2f}"
     )
+    print("paper protocol, 64 frames, bounded slots on the stand-in:")
+    print(f"{'slots':>6}{'samples':>9}{'samples/s':>11}{'ideal/s':>9}{'of ideal':>10}")
+    for r in slot_rows:
+        print(
+            f"{r['in_flight']:>6}{r['samples']:>9}{r['samples_per_s']:>11.2f}"
+            f"{r['ideal_samples_per_s']:>9.2f}{r['of_ideal']:>10.2f}"
+        )
+    if vllm_rows:
+        print(f"paper protocol, 64 frames, real server {args.vllm_url}:")
+        print(f"{'in flight':>10}{'samples':>9}{'samples/s':>11}{'errored':>9}")
+        for r in vllm_rows:
+            print(
+                f"{r['in_flight']:>10}{r['samples']:>9}{r['samples_per_s']:>11.3f}{r['errored']:>9}"
+            )
     print(
         f"load average start {load_start}, end {result['load_average_end']} ({os.cpu_count()} CPUs)"
     )

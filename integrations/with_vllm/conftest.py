@@ -6,11 +6,13 @@ server runs as a person would start it (vLLM's CPU build, 0.32.0):
     VLLM_HOST_IP=127.0.0.1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind \\
     VLLM_SERVER_DEV_MODE=1 python -m vllm.entrypoints.openai.api_server \\
         --model DIR --served-model-name tiny --port P --dtype float32 \\
-        --allowed-local-media-path /
+        --allowed-local-media-path / --logprobs-mode processed_logprobs
 
 (`vllm serve` crashed on these CPUs; the video_url channel sends `file://` URLs, which vLLM
 refuses without `--allowed-local-media-path`; `VLLM_SERVER_DEV_MODE=1` opens `/collective_rpc`, which the
-weight-reload test uses; float32 so that its log-probs can be compared with the trainer's.) If the
+weight-reload test uses; float32 so that its log-probs can be compared with the trainer's;
+processed_logprobs so that sampled log-probs are those of the sampling temperature, as the RL
+rollout engine requires.) If the
 server does not answer `/health` in `PARAVT_VLLM_START_S` (default 420 s), or exits, the fixture
 fails with the tail of the server's log.
 """
@@ -100,6 +102,10 @@ def vllm_server(
         # the video_url channel sends file:// URLs; vLLM refuses local files without this
         "--allowed-local-media-path",
         "/",
+        # RL rollouts: the log-probs of the distribution sampled (after temperature), which the
+        # trainer recomputes; vLLM's default returns them at temperature 1
+        "--logprobs-mode",
+        "processed_logprobs",
     ]
     root = f"http://127.0.0.1:{port}"
     with log.open("w") as sink:

@@ -426,11 +426,12 @@ def _memory(release: bool) -> Callable[[FakeSGLang, dict[str, Any]], None]:
     return handle
 
 
-def _with_status(method: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
-    """`{"success": ...}` replies: 200 on success, 400 on failure, as SGLang answers them."""
+def _with_status(name: str) -> Handler:
+    """The stand-in's method `name` (looked up on the instance, so tests may replace it), whose
+    `{"success": ...}` replies go out as SGLang sends them: 200 on success, 400 on failure."""
 
     def handle(fake: FakeSGLang, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        reply = method(fake, body)  # type: ignore[call-arg]
+        reply = getattr(fake, name)(body)
         return (200 if reply.get("success", True) else 400), reply
 
     return handle
@@ -453,19 +454,19 @@ ROUTES: dict[tuple[str, str], tuple[Handler, bool]] = {
     ("GET", "/flush_cache"): (_flush_cache, False),
     ("POST", "/flush_cache"): (_flush_cache, False),
     ("POST", "/update_weights_from_disk"): (
-        _with_status(FakeSGLang.update_weights_from_disk),
+        _with_status("update_weights_from_disk"),
         True,
     ),
     ("POST", "/init_weights_update_group"): (
-        _with_status(FakeSGLang.init_weights_update_group),
+        _with_status("init_weights_update_group"),
         True,
     ),
     ("POST", "/update_weights_from_distributed"): (
-        _with_status(FakeSGLang.update_weights_from_distributed),
+        _with_status("update_weights_from_distributed"),
         True,
     ),
-    ("POST", "/pause_generation"): (_with_status(FakeSGLang.pause_generation), True),
-    ("POST", "/continue_generation"): (_with_status(FakeSGLang.continue_generation), True),
+    ("POST", "/pause_generation"): (_with_status("pause_generation"), True),
+    ("POST", "/continue_generation"): (_with_status("continue_generation"), True),
     ("POST", "/release_memory_occupation"): (_memory(True), True),
     ("POST", "/resume_memory_occupation"): (_memory(False), True),
     ("GET", "/fake/events"): (lambda fake, body: fake.events, False),

@@ -341,11 +341,13 @@ class SGLangServerSpec(_Strict):
 
 
 class RolloutSpec(_Strict):
-    engine: Literal["hf", "sglang_server"] = Field(
+    engine: Literal["hf", "sglang_server", "vllm_server"] = Field(
         "hf",
         description="'hf': in-process transformers engine sharing the policy's weights; "
         "'sglang_server': SGLang servers (rollout.server.urls), weights pushed from trainer "
-        "rank 0 after every optimiser step.",
+        "rank 0 after every optimiser step; 'vllm_server': vLLM servers (rollout.server.urls, "
+        "started with VLLM_SERVER_DEV_MODE=1), weights written to weight_dir and reloaded by "
+        "the servers after every step (synchronous only: max_staleness 0, weight_sync disk).",
     )
     schedule: Literal["async", "lockstep"] = Field(
         "async",
@@ -381,11 +383,32 @@ class RolloutSpec(_Strict):
     )
     server: SGLangServerSpec = Field(
         default_factory=lambda: SGLangServerSpec(),
-        description="The SGLang servers of rollout.engine=sglang_server.",
+        description="The servers of rollout.engine=sglang_server or vllm_server.",
     )
 
     @model_validator(mode="after")
     def _server_urls(self) -> RolloutSpec:
+        if self.engine == "vllm_server":
+            if not self.server.urls:
+                raise ValueError(
+                    "rollout.engine=vllm_server needs rollout.server.urls, e.g. "
+                    "rollout.server.urls=[http://127.0.0.1:8000] (start it with "
+                    "VLLM_SERVER_DEV_MODE=1 python -m vllm.entrypoints.openai.api_server "
+                    "--model MODEL ...; see paravt-train's README, Launch)"
+                )
+            unsupported = {
+                "rollout.max_staleness": (self.max_staleness, 0),
+                "rollout.server.weight_sync": (self.server.weight_sync, "disk"),
+                "rollout.server.colocate": (self.server.colocate, False),
+            }
+            for key, (value, allowed) in unsupported.items():
+                if value != allowed:
+                    raise ValueError(
+                        f"{key}={value} is not available with rollout.engine=vllm_server (its "
+                        f"replies carry no weight version and it reloads weights from disk): set "
+                        f"{key}={allowed}, or use rollout.engine=sglang_server"
+                    )
+            return self
         if self.engine == "sglang_server" and not self.server.urls:
             raise ValueError(
                 "rollout.engine=sglang_server needs rollout.server.urls, e.g. "

@@ -539,6 +539,7 @@ class PolicyEngine:
         step: int = 0,
     ) -> None:
         self.kind = recipe.rollout.engine
+        self.served = self.kind in ("sglang_server", "vllm_server")
         self.max_staleness = recipe.rollout.max_staleness
         self.backend = backend
         self.replica: Any = None
@@ -546,12 +547,30 @@ class PolicyEngine:
         self.model_path = Path(model_path)
         self.device = device
         self.engine = self._build(recipe, processor, model_path, device)
-        if self.kind == "sglang_server":
+        if self.served:
             self._sync_server()  # the servers start from the policy (also after a resume)
 
     def _build(
         self, recipe: RLRecipe, processor: Any, model_path: Any, device: torch.device
     ) -> Any:
+        if self.kind == "vllm_server":
+            from paravt.core.engines.vllm_server import VLLMServerEngine
+
+            spec = recipe.rollout.server
+            self.server = spec
+            self.weight_dir = Path(spec.weight_dir or Path(recipe.output_dir) / "rollout_weights")
+            engine = VLLMServerEngine(
+                spec.urls,
+                processor,
+                weight_urls=spec.weight_urls,
+                timeout_s=spec.timeout_s,
+                max_in_flight=spec.max_in_flight,
+                retries=spec.retries,
+            )
+            engine.health()  # every rank: fail fast, naming the servers that do not answer
+            if _is_rank0():
+                engine.check_logprobs_mode()  # the ratio needs the sampled distribution's
+            return engine
         if self.kind == "sglang_server":
             from paravt.core.engines.sglang_server import SGLangServerEngine
 
@@ -593,7 +612,7 @@ class PolicyEngine:
     def sync(self) -> dict[str, float]:
         """Make the engine generate with the policy's current weights (collective when the
         policy is sharded: every rank calls it)."""
-        if self.kind == "sglang_server":
+        if self.served:
             self.step += 1
             return self._sync_server()
         if self.replica is None:
@@ -709,8 +728,12 @@ class PolicyEngine:
         """Rank 0: every weight URL's served version, then its log-probs of `ids` against `mine`.
 
         The version is `weight_version` of SGLang's model-info route (its http_server.py builds
-        it from `server_args.weight_version`, beside model_path and tokenizer_path)."""
+        it from `server_args.weight_version`, beside model_path and tokenizer_path), or of
+        vLLM's `/weight_info`."""
         from paravt.core.engines.sglang_server import ServerError, StaleWeightsError
+        from paravt.core.engines.vllm_server import VLLMServerError
+
+        kind = "vLLM" if self.kind == "vllm_server" else "SGLang"
 
         tolerance = self.server.verify_sync_tolerance
         worst = 0.0
@@ -718,18 +741,18 @@ class PolicyEngine:
             for url, served in self.engine.server_weight_versions().items():
                 if served != version:
                     return math.nan, (
-                        f"SGLang server {url} serves weight version {served!r}, expected {version!r}"
+                        f"{kind} server {url} serves weight version {served!r}, expected {version!r}"
                     )
             for url in self.engine.weight_urls:
                 diff = float((torch.tensor(self.engine.score(ids, url=url)) - mine).abs().max())
                 worst = max(worst, diff)
                 if diff > tolerance:
                     return worst, (
-                        f"SGLang server {url} serves weight version {version!r} as expected, but "
+                        f"{kind} server {url} serves weight version {version!r} as expected, but "
                         f"its log-probs of a fixed sequence differ from the trainer's by up to "
                         f"{diff:.3g} (rollout.server.verify_sync_tolerance={tolerance:g})"
                     )
-        except (ServerError, StaleWeightsError) as exc:
+        except (ServerError, StaleWeightsError, VLLMServerError) as exc:
             return math.nan, str(exc)
         return worst, ""
 

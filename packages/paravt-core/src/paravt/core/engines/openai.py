@@ -223,56 +223,77 @@ class OpenAIEngine:
 
     # --------------------------------------------------------------------------------- generation
 
-    async def generate(
-        self, trajectories: Sequence[Trajectory], sampling: SamplingParams
-    ) -> list[Generated]:
-        """One chat-completions request per trajectory, up to `max_concurrency` at once."""
+    def _client(self) -> Any:
+        """An httpx client with this engine's timeout, key and (cached) SSL context."""
         import httpx
 
-        if not trajectories:
-            return []
-        url = self.base_url + "/chat/completions"
-        bodies = [self.request_body(t, sampling) for t in trajectories]
-        limit = asyncio.Semaphore(self.max_concurrency)
         if self._ssl_context is None:
             import ssl
 
             self._ssl_context = ssl.create_default_context()
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        # A client per call: one shared client's connection pool costs O(requests x connections)
-        # per request event in httpcore (measured by bench/bench_eval.py: 2x slower at 32 samples
-        # in flight); the SSL context, the expensive part of a client (~50 ms), is built once.
-        async with httpx.AsyncClient(
+        return httpx.AsyncClient(
             timeout=self.timeout_s,
             headers=headers,
             transport=self._transport,
             verify=self._ssl_context,
-        ) as client:
+        )
 
-            async def one(body: dict[str, Any]) -> Generated:
-                for attempt in range(self.retries + 1):
-                    last = attempt == self.retries
-                    async with limit:
-                        try:
-                            response = await client.post(url, json=body)
-                        except httpx.HTTPError as exc:
-                            if not last:
-                                await asyncio.sleep(self.retry_backoff_s * (attempt + 1))
-                                continue
-                            raise RuntimeError(
-                                f"OpenAIEngine: cannot reach {url} ({type(exc).__name__}: {exc}); "
-                                "is the server running and is base_url right (it usually ends in "
-                                "/v1)?"
-                            ) from exc
-                    if response.status_code >= 500 and not last:  # transient server trouble
+    async def post_body(
+        self, body: dict[str, Any], *, client: Any = None, limit: asyncio.Semaphore | None = None
+    ) -> dict[str, Any]:
+        """POST one chat-completions body; the response's JSON. Connection errors and HTTP 5xx
+        are retried `retries` times; anything else that is not a 200 raises, naming the URL."""
+        import httpx
+
+        if client is None:
+            async with self._client() as own:
+                return await self.post_body(body, client=own, limit=limit)
+        url = self.base_url + "/chat/completions"
+        limit = limit or asyncio.Semaphore(1)
+        for attempt in range(self.retries + 1):
+            last = attempt == self.retries
+            async with limit:
+                try:
+                    response = await client.post(url, json=body)
+                except httpx.HTTPError as exc:
+                    if not last:
                         await asyncio.sleep(self.retry_backoff_s * (attempt + 1))
                         continue
-                    if response.status_code != 200:
-                        raise RuntimeError(
-                            f"OpenAIEngine: {url} answered HTTP {response.status_code}: "
-                            f"{response.text[:500]}"
-                        )
-                    return self.parse_choice(response.json(), url)
-                raise AssertionError("unreachable")
+                    raise RuntimeError(
+                        f"OpenAIEngine: cannot reach {url} ({type(exc).__name__}: {exc}); "
+                        "is the server running and is base_url right (it usually ends in /v1)?"
+                    ) from exc
+            if response.status_code >= 500 and not last:  # transient server trouble
+                await asyncio.sleep(self.retry_backoff_s * (attempt + 1))
+                continue
+            if response.status_code != 200:
+                raise RuntimeError(
+                    f"OpenAIEngine: {url} answered HTTP {response.status_code}: "
+                    f"{response.text[:500]}"
+                )
+            payload = response.json()
+            if not isinstance(payload, dict):
+                raise RuntimeError(f"OpenAIEngine: {url} returned {type(payload).__name__}")
+            return payload
+        raise AssertionError("unreachable")
+
+    async def generate(
+        self, trajectories: Sequence[Trajectory], sampling: SamplingParams
+    ) -> list[Generated]:
+        """One chat-completions request per trajectory, up to `max_concurrency` at once."""
+        if not trajectories:
+            return []
+        url = self.base_url + "/chat/completions"
+        bodies = [self.request_body(t, sampling) for t in trajectories]
+        limit = asyncio.Semaphore(self.max_concurrency)
+        # A client per call: one shared client's connection pool costs O(requests x connections)
+        # per request event in httpcore (measured by bench/bench_eval.py: 2x slower at 32 samples
+        # in flight); the SSL context, the expensive part of a client (~50 ms), is built once.
+        async with self._client() as client:
+
+            async def one(body: dict[str, Any]) -> Generated:
+                payload = await self.post_body(body, client=client, limit=limit)
+                return self.parse_choice(payload, url)
 
             return list(await asyncio.gather(*(one(b) for b in bodies)))

@@ -68,6 +68,7 @@ from pathlib import Path
 from typing import Any
 
 from paravt.core.engines.hf import HFChatEncoder, ImageChunk
+from paravt.core.engines.weights import iter_buckets, write_checkpoint
 from paravt.core.runtime import Generated, SamplingParams, Trajectory
 
 log = logging.getLogger("paravt.core.sglang")
@@ -101,33 +102,6 @@ def _as_urls(urls: str | Sequence[str]) -> list[str]:
         if not u.startswith(("http://", "https://")):
             raise ValueError(f"server URL {u!r} must start with http:// or https://")
     return out
-
-
-def iter_buckets(
-    named: Iterable[tuple[str, Any]], bucket_bytes: int
-) -> Iterator[list[tuple[str, Any]]]:
-    """`(name, tensor)` pairs, in order, in buckets of at most about `bucket_bytes` (a tensor
-    larger than a bucket gets a bucket of its own), yielded as they fill: one bucket in memory."""
-    if bucket_bytes < 1:
-        raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
-    bucket: list[tuple[str, Any]] = []
-    size = 0
-    for name, tensor in named:
-        nbytes = int(tensor.numel()) * int(tensor.element_size())
-        if bucket and size + nbytes > bucket_bytes:
-            yield bucket
-            bucket, size = [], 0
-        bucket.append((name, tensor))
-        size += nbytes
-    if bucket:
-        yield bucket
-
-
-def bucket_tensors(
-    named: Iterable[tuple[str, Any]], bucket_bytes: int
-) -> list[list[tuple[str, Any]]]:
-    """All of `iter_buckets` as a list."""
-    return list(iter_buckets(named, bucket_bytes))
 
 
 def _with_last(items: Iterable[Any]) -> Iterator[tuple[Any, bool]]:
@@ -678,35 +652,10 @@ class SGLangServerEngine(HFChatEncoder):
         wait for requests in flight (see `pause_generation`). On success `expected_weight_version`
         becomes `version`. Returns the checkpoint directory.
         """
-        import shutil
-
-        from safetensors.torch import save_file
-
         version = str(version)
-        target = Path(directory) / version
-        tmp = target.with_name(target.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        index: dict[str, str] = {}
-        total = 0
-        shards = iter_buckets(
-            ((n, t.detach().contiguous().cpu()) for n, t in named_tensors), shard_bytes
+        target = write_checkpoint(
+            named_tensors, directory, version, shard_bytes=shard_bytes, config_files=config_files
         )
-        for k, bucket in enumerate(shards):  # one shard in memory at a time
-            fname = f"model-{k + 1:05d}.safetensors"
-            save_file(dict(bucket), str(tmp / fname), metadata={"format": "pt"})
-            for name, tensor in bucket:
-                index[name] = fname
-                total += int(tensor.numel()) * int(tensor.element_size())
-        if not index:
-            raise ValueError("push_weights_from_disk: no tensors to send")
-        (tmp / "model.safetensors.index.json").write_text(
-            json.dumps({"metadata": {"total_size": total}, "weight_map": index}, indent=1)
-        )
-        for f in config_files:
-            shutil.copy(f, tmp / Path(f).name)
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
         body: dict[str, Any] = {"model_path": str(target), "weight_version": version}
         if load_format:
             body["load_format"] = load_format

