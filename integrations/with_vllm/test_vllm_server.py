@@ -109,7 +109,11 @@ def test_lmms_eval_runs_paravt_over_the_server_on_a_multiple_choice_and_a_ground
 
     tasks = write_synth_tasks(synth_dir, tmp_path / "tasks", limit=3)
     out = tmp_path / "out"
-    model_args = f"base_url={vllm_server.base_url},model={vllm_server.model},max_new_tokens=16"
+    # the README's recipe (paravt-eval, "Reproduce Table 1"): the servers as one base_url joined
+    # by '|' (here the one server twice, so the list path runs), no protocol (paper by default);
+    # the synthetic splits stand in for the paper's
+    urls = f"{vllm_server.base_url}|{vllm_server.base_url}"
+    model_args = f"base_url={urls},model={vllm_server.model},max_new_tokens=16"
     cmd = [
         PY,
         "-m",

@@ -163,20 +163,28 @@ def test_what_carries_no_protocol_is_evaluated_under_the_papers(tmp_path):
     released = EvalConfig(pretrained=str(tmp_path))
     assert released.resolved_protocol() == PAPER_PROTOCOL
     assert released.protocol_line() == (
-        f"protocol: paper v2 (no recorded protocol in {tmp_path}); prompt mode agentic_general, "
+        f"protocol: paper v3 (no recorded protocol in {tmp_path}); prompt mode agentic_general, "
         "grounding questions agentic_minimal"
     )
     served = EvalConfig(base_url="http://h:8000/v1", model="ParaVT-8B")
     assert served.resolved_protocol() == PAPER_PROTOCOL
-    assert served.protocol_line().startswith(
-        "protocol: paper v2 (no recorded protocol in served model ParaVT-8B at http://h:8000/v1)"
+    assert served.protocol_line() == (
+        "protocol: paper v3 (no recorded protocol in served model ParaVT-8B at http://h:8000/v1); "
+        "prompt mode agentic_general, grounding questions agentic_minimal over the video_url "
+        "channel"
     )
     # asked for: said so; a prompt mode given applies to grounding questions too
     asked = EvalConfig(base_url="http://h/v1", model="m", protocol="paper", prompt_mode="direct")
     assert asked.protocol_line("--protocol ") == (
-        "protocol: paper v2 (--protocol paper); prompt mode direct"
+        "protocol: paper v3 (--protocol paper); prompt mode direct, grounding questions over the "
+        "video_url channel"
     )
     assert asked.resolved_protocol().for_question("grounding").prompt_mode == "direct"
+    # a channel given applies to every question
+    images = EvalConfig(base_url="http://h/v1", model="m", video_channel="images")
+    assert images.resolved_protocol().for_question("grounding", served=True).overview.channel == (
+        "images"
+    )
     assert EvalConfig(pretrained=str(tmp_path), protocol="paravt").protocol_line() == (
         "protocol: paravt v1 (protocol=paravt); prompt mode agentic_general"
     )

@@ -32,7 +32,7 @@ def test_ask_prints_the_episode_of_the_tiny_model_on_bikes(tiny_model, bikes_mp4
     out = proc.stdout
     # the first line says which protocol and why: the tiny model records none -> the paper's
     assert out.splitlines()[0] == (
-        f"protocol: paper v2 (no recorded protocol in {tiny_model}); prompt mode "
+        f"protocol: paper v3 (no recorded protocol in {tiny_model}); prompt mode "
         "agentic_general, grounding questions agentic_minimal"
     )
     for expected in (
@@ -91,7 +91,7 @@ def test_ask_on_a_missing_video_reports_the_error_and_fails(tiny_model, tmp_path
     trace = json.loads(captured.out)
     assert "nope.mp4" in trace["error"] and "does not exist" in trace["error"]
     # with --json the protocol line goes first to stderr, and into the JSON
-    line = f"protocol: paper v2 (no recorded protocol in {tiny_model}); prompt mode agentic_general"
+    line = f"protocol: paper v3 (no recorded protocol in {tiny_model}); prompt mode agentic_general"
     assert captured.err.splitlines()[0].startswith(line)
     assert trace["protocol"] == captured.err.splitlines()[0]
 

@@ -143,6 +143,8 @@ def ask_args(name: str, base_url: str, clip: Path) -> list[str]:
         args += ["--kind", "grounding"]
     if s["video_channel"] == "video_url":
         args += ["--video-channel", "video_url"]
+    elif not s["is_mcq"]:  # the driver's --video_channel image_url for a grounding split
+        args += ["--video-channel", "images"]
     return args
 
 
@@ -162,16 +164,22 @@ def test_ask_with_protocol_paper_sends_the_drivers_requests(name, server, bikes_
 
 # The paper protocol's prompt mode when none is given: the driver's for ParaVT-8B (by is_mcq).
 DEFAULT_MODE = {True: "agentic_general", False: "agentic_minimal"}
+# ... and its channel for a served model: images for MCQ, the server's decode for Charades-STA.
+DEFAULT_CHANNEL = {True: "image_url", False: "video_url"}
 
 
 def default_ask_args(name: str, base_url: str, clip: Path) -> list[str]:
-    """`ask_args` with no --protocol, and no --prompt-mode where the scenario's is the default."""
+    """`ask_args` with no --protocol, and no --prompt-mode or --video-channel where the
+    scenario's is the default."""
     args = ask_args(name, base_url, clip)
     i = args.index("--protocol")
     del args[i : i + 2]
     s = SCENARIOS[name]
     if s["prompt_mode"] == DEFAULT_MODE[s["is_mcq"]]:
         i = args.index("--prompt-mode")
+        del args[i : i + 2]
+    if "--video-channel" in args and s["video_channel"] == DEFAULT_CHANNEL[s["is_mcq"]]:
+        i = args.index("--video-channel")
         del args[i : i + 2]
     return args
 
@@ -188,7 +196,7 @@ def test_ask_with_no_protocol_flag_sends_a_served_model_the_drivers_requests(
     captured = capsys.readouterr()
     assert code == 0, captured.out[-2000:]
     assert captured.err.splitlines()[0].startswith(
-        f"protocol: paper v2 (no recorded protocol in served model {MODEL} at {server.base_url})"
+        f"protocol: paper v3 (no recorded protocol in served model {MODEL} at {server.base_url})"
     )
     assert_same_requests(name, server.requests_of(name))
     trace = json.loads(captured.out)
@@ -288,8 +296,9 @@ def test_the_lmms_eval_plugin_with_protocol_paper_sends_the_drivers_requests(
 def test_the_lmms_eval_plugin_with_no_protocol_sends_the_drivers_requests(
     server, bikes_mp4, tmp_path
 ):
-    """No protocol, no prompt mode: MCQ and grounding documents in one run, each asked as the
-    driver asked ParaVT-8B (agentic_general; Charades-STA's agentic_minimal)."""
+    """No protocol, no prompt mode, no channel: MCQ and grounding documents in one run, each
+    asked as the driver asked ParaVT-8B (agentic_general over images; Charades-STA's
+    agentic_minimal over video_url)."""
     from lmms_eval import evaluator
     from lmms_eval.tasks import TaskManager
 
@@ -298,7 +307,8 @@ def test_the_lmms_eval_plugin_with_no_protocol_sends_the_drivers_requests(
     names = {
         n
         for n, s in SCENARIOS.items()
-        if s["video_channel"] == "image_url" and s["prompt_mode"] == DEFAULT_MODE[s["is_mcq"]]
+        if s["video_channel"] == DEFAULT_CHANNEL[s["is_mcq"]]
+        and s["prompt_mode"] == DEFAULT_MODE[s["is_mcq"]]
     }
     assert {SCENARIOS[n]["is_mcq"] for n in names} == {True, False}
     tasks_dir = _fixture_tasks(tmp_path / "tasks", bikes_mp4)
@@ -307,7 +317,7 @@ def test_the_lmms_eval_plugin_with_no_protocol_sends_the_drivers_requests(
         docs = [json.loads(x) for x in path.read_text().splitlines()]
         path.write_text("".join(json.dumps(d) + "\n" for d in docs if d["id"] in names))
     lm = ParaVT(base_url=server.base_url, model=MODEL, traces=str(tmp_path / "t.jsonl"))
-    assert lm.protocol_line.startswith("protocol: paper v2 (no recorded protocol in served model")
+    assert lm.protocol_line.startswith("protocol: paper v3 (no recorded protocol in served model")
     evaluator.simple_evaluate(
         model=lm,
         tasks=["paper_fixture_mcq", "paper_fixture_grounding"],

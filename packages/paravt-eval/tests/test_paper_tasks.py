@@ -266,4 +266,4 @@ def test_the_seven_paper_tasks_run_and_score_through_the_lmms_eval_cli(
     [(reason, entry)] = errors.items()
     assert reason == "unreadable request: FileNotFoundError" and entry["count"] == 1
     assert "missing.mp4" in entry["example"]
-    assert summary["fixture_paravt_paper_charades"]["protocol"].startswith("protocol: paper v2")
+    assert summary["fixture_paravt_paper_charades"]["protocol"].startswith("protocol: paper v3")

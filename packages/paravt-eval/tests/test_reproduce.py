@@ -250,8 +250,9 @@ def test_paper_splits_over_servers_run_all_seven_splits_with_the_drivers_channel
         config = parse_eval_config(args)
         assert config.pretrained is None and len(config.base_urls) == 2 and config.model == "qwen"
         tasks = cmd[cmd.index("--tasks") + 1].split(",")
-        channel = config.resolved_protocol().for_question("grounding").overview.channel
-        assert channel == ("video_url" if tasks == ["paravt_paper_charades"] else "images")
+        protocol = config.resolved_protocol()
+        assert protocol.for_question("mcq", served=True).overview.channel == "images"
+        assert protocol.for_question("grounding", served=True).overview.channel == "video_url"
         results = {t: {"accuracy,none": 0.5, "miou,none": 0.4, "errored,none": 0} for t in tasks}
         run_dir = Path(cmd[cmd.index("--output_path") + 1]) / "model"
         run_dir.mkdir(parents=True)
@@ -261,7 +262,7 @@ def test_paper_splits_over_servers_run_all_seven_splits_with_the_drivers_channel
     monkeypatch.setattr(paper, "_run", fake_lmms_eval)
     with FakeChatServer(lambda body: "", model="qwen") as a, FakeChatServer(lambda b: "") as b:
         md = "\n".join(paper.run_paper_splits(out, f"para_grpo={a.base_url}|{b.base_url}", "cpu"))
-    assert len(commands) == 2 and all("--batch_size" not in cmd for cmd in commands)
+    assert len(commands) == 1 and all("--batch_size" not in cmd for cmd in commands)
     ran = [t for cmd in commands for t in cmd[cmd.index("--tasks") + 1].split(",")]
     assert sorted(ran) == sorted(c.task for c in PAPER_COLUMNS)
     assert "| para_grpo | 50.0 | 50.0 | 50.0 | 50.0 | 50.0 | 50.0 | 40.0 | 48.6 |" in md

@@ -214,6 +214,12 @@ class AgentProtocol(_Frozen):
         description="The prompt mode of grounding questions (None: prompt_mode). The driver ran "
         "ParaVT-8B's Charades-STA under agentic_minimal; an explicitly chosen prompt mode clears it.",
     )
+    grounding_channel: Literal["images", "video_url"] | None = Field(
+        None,
+        description="The overview channel of grounding questions asked of a server (None: "
+        "overview.channel). The driver sent Charades-STA as video_url (the server decodes the "
+        "video); a local checkpoint always takes images.",
+    )
     system_prompts: dict[str, str | None] = Field(
         description="Per prompt mode: a str.format template over {schema}, {max_turns}, "
         "{max_parallel}; None: no system message."
@@ -281,13 +287,20 @@ class AgentProtocol(_Frozen):
 
     # ---------------------------------------------------------------------------------- modes
 
-    def for_question(self, kind: AnswerKind) -> AgentProtocol:
+    def for_question(self, kind: AnswerKind, *, served: bool = False) -> AgentProtocol:
         """This protocol as a question of `kind` is asked: grounding questions switch to
-        `grounding_prompt_mode` when one is set."""
-        mode = self.grounding_prompt_mode
-        if kind != "grounding" or mode is None or mode == self.prompt_mode:
+        `grounding_prompt_mode` when one is set, and, asked of a server (`served`), to
+        `grounding_channel` when one is set."""
+        if kind != "grounding":
             return self
-        return self.with_overrides(prompt_mode=mode)
+        changes: dict[str, Any] = {}
+        mode = self.grounding_prompt_mode
+        if mode is not None and mode != self.prompt_mode:
+            changes["prompt_mode"] = mode
+        channel = self.grounding_channel
+        if served and channel is not None and channel != self.overview.channel:
+            changes["overview"] = self.overview.model_copy(update={"channel": channel})
+        return self.with_overrides(**changes) if changes else self
 
     @property
     def uses_tools(self) -> bool:
@@ -596,9 +609,12 @@ PARAVT_PROTOCOL = AgentProtocol(
 
 PAPER_PROTOCOL = AgentProtocol(
     name="paper",
-    version=2,  # 2: grounding questions in the driver's Charades mode; answers as the driver's
+    # 2: grounding questions in the driver's Charades mode; answers as the driver's. 3: served
+    # grounding questions over the driver's Charades channel (video_url)
+    version=3,
     source="EvolvingLMMs-Lab/ParaVT@cf55249 paravt/eval/driver.py + utils.py (Apache-2.0)",
     grounding_prompt_mode=paper.PAPER_GROUNDING_PROMPT_MODE,
+    grounding_channel=paper.PAPER_GROUNDING_CHANNEL,
     system_prompts={
         "direct": paper.PAPER_DIRECT_SYSTEM,
         "reasoning": paper.PAPER_REASONING_SYSTEM,

@@ -122,6 +122,9 @@ PAPER_MAX_TOKENS = 2048
 # paravt/eval/scripts/reproduce_paravt_8b.sh: ParaVT-8B's Charades-STA run
 # (`--datasets charades --prompt_mode agentic_minimal`); its six MCQ splits ran agentic_general.
 PAPER_GROUNDING_PROMPT_MODE = "agentic_minimal"
+# reproduce_paravt_8b.sh line 3: "Six MCQ benches via image_url; charades via video_url" (lines 16,
+# 25: `--video_channel image_url` / `--video_channel video_url`): the server decodes Charades-STA.
+PAPER_GROUNDING_CHANNEL = "video_url"
 
 # utils.py `load_samples`: the MCQ question layout and its instruction (direct mode has its own).
 PAPER_MCQ_TEMPLATE = "Question: {question}\nOptions:\n{options}\n{instruction}"

@@ -141,7 +141,7 @@ class EvalAgent:
         """The protocol a question of `kind` is asked under (grounding questions may use their own
         prompt mode) and its runtime configuration."""
         if kind not in self._by_kind:
-            protocol = self.protocol.for_question(kind)
+            protocol = self.protocol.for_question(kind, served=bool(self.config.base_url))
             config = (
                 self.agent_config
                 if protocol is self.protocol

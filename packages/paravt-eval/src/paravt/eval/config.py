@@ -196,6 +196,8 @@ class EvalConfig(BaseModel):
         data = base.model_dump()
         if self.prompt_mode is not None:
             data["grounding_prompt_mode"] = None
+        if self.video_channel is not None:  # a channel given applies to every question
+            data["grounding_channel"] = None
         for key in (
             "prompt_mode",
             "max_turns",
@@ -227,9 +229,14 @@ class EvalConfig(BaseModel):
         protocol = self.resolved_protocol()
         _, why = self._base_protocol(flag)
         modes = protocol.prompt_mode
-        grounding = protocol.grounding_prompt_mode
-        if grounding is not None and grounding != protocol.prompt_mode:
-            modes += f", grounding questions {grounding}"
+        grounding = protocol.for_question("grounding", served=bool(self.base_url))
+        differs = []
+        if grounding.prompt_mode != protocol.prompt_mode:
+            differs.append(grounding.prompt_mode)
+        if grounding.overview.channel != protocol.overview.channel:
+            differs.append(f"over the {grounding.overview.channel} channel")
+        if differs:
+            modes += ", grounding questions " + " ".join(differs)
         return f"protocol: {protocol.name} v{protocol.version} ({why}); prompt mode {modes}"
 
     def _base_protocol(self, flag: str = "protocol=") -> tuple[AgentProtocol, str]:

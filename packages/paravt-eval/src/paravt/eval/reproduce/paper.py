@@ -44,7 +44,6 @@ PAPER_COLUMNS = (
     Column("paravt_paper_mmvu", "MMVU", "accuracy"),
     Column("paravt_paper_charades", "Charades-STA (mIoU)", "miou"),
 )
-CHARADES = "paravt_paper_charades"
 # No prompt_mode: the paper protocol's own (agentic_general, grounding agentic_minimal). No
 # video_channel: video_url is for servers, and these are local checkpoints.
 PAPER_PROTOCOL = {"protocol": "paper"}
@@ -211,22 +210,9 @@ def run_paper_splits(out: Path, checkpoints: str | None, device: str) -> list[st
             "--paper-splits needs --checkpoints stage=PATH,... (base, sft, grpo, para_grpo)"
         )
     for stage, source in ckpts.items():
-        if isinstance(source, Servers):
-            # as the driver ran them: the MCQ splits over image frames, Charades-STA with the
-            # video handed to the server to decode (its video_url channel)
-            mcq = tuple(c for c in PAPER_COLUMNS if c.task != CHARADES)
-            charades = tuple(c for c in PAPER_COLUMNS if c.task == CHARADES)
-            run_lmms_cells(out, stage, source, mcq, PAPER_PROTOCOL)
-            run_lmms_cells(
-                out,
-                stage,
-                source,
-                charades,
-                {**PAPER_PROTOCOL, "video_channel": "video_url"},
-                run_name=f"{stage}_charades",
-            )
-        else:
-            run_lmms_cells(out, stage, source, PAPER_COLUMNS, PAPER_PROTOCOL, device=device)
+        # one lmms-eval run per stage; a served stage's Charades-STA goes over the video_url
+        # channel by itself (the paper protocol's grounding channel for servers)
+        run_lmms_cells(out, stage, source, PAPER_COLUMNS, PAPER_PROTOCOL, device=device)
     served = [s for s, src in ckpts.items() if isinstance(src, Servers)]
     return render_table1(out, list(ckpts), served=served)
 
