@@ -6,6 +6,9 @@
 - `paravt.core.engines.sglang_server.SGLangServerEngine` (extra `sglang`): SGLang servers'
   native HTTP API (`sglang.launch_server`, or its router), token ids in, token ids and log-probs
   out, weight pushes with a checked version; exercised on CPU against `paravt.core.fake_sglang`.
+- `paravt.core.engines.vllm_server.VLLMServerEngine` (extras `hf`, `openai`): vLLM servers for RL
+  rollouts (our token ids, vLLM's sampled ids and log-probs; weights reloaded from disk with a
+  checked version); checked against a real vLLM CPU server in `nox -s real_server`.
 - `paravt.core.engines.scripted.ScriptedTurns`: wraps any token engine and replaces chosen main-agent
   turns with scripted text (demos and tests of a random model that never calls tools by itself).
 
@@ -21,15 +24,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from paravt.core.engines.openai import OpenAIEngine
     from paravt.core.engines.scripted import ScriptedTurns
     from paravt.core.engines.sglang_server import SGLangServerEngine
+    from paravt.core.engines.vllm_server import VLLMServerEngine
 
 _LAZY = {
     "HFEngine": "paravt.core.engines.hf",
     "OpenAIEngine": "paravt.core.engines.openai",
     "SGLangServerEngine": "paravt.core.engines.sglang_server",
     "ScriptedTurns": "paravt.core.engines.scripted",
+    "VLLMServerEngine": "paravt.core.engines.vllm_server",
 }
 
-__all__ = ["HFEngine", "OpenAIEngine", "SGLangServerEngine", "ScriptedTurns"]
+__all__ = ["HFEngine", "OpenAIEngine", "SGLangServerEngine", "ScriptedTurns", "VLLMServerEngine"]
 
 
 def __getattr__(name: str) -> Any:

@@ -32,7 +32,7 @@ from typing import Any
 
 from paravt.core.engines.hf import HFChatEncoder
 from paravt.core.engines.weights import write_checkpoint
-from paravt.core.runtime import Generated, SamplingParams, Trajectory
+from paravt.core.runtime import FinishReason, Generated, SamplingParams, Trajectory
 
 log = logging.getLogger("paravt.core.vllm")
 
@@ -272,7 +272,7 @@ class VLLMServerEngine(HFChatEncoder):
             if tid in self.eos_token_ids:
                 ids, logprobs = ids[: k + 1], logprobs[: k + 1]
                 break
-        finish = "length" if choice.get("finish_reason") == "length" else "stop"
+        finish: FinishReason = "length" if choice.get("finish_reason") == "length" else "stop"
         return Generated(self.decode(ids), ids, logprobs, finish)
 
     # ------------------------------------------------------------------------------------ weights
