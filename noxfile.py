@@ -75,7 +75,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    """mypy on core, rewards and tools (heavy dependencies are untyped: pyproject's overrides)."""
+    """mypy on all five packages (heavy dependencies are untyped: pyproject's overrides)."""
     session.install("mypy>=1.11", "pydantic>=2.7,<3", "httpx>=0.27", "types-PyYAML")
     session.install(
         "--no-deps",
@@ -91,6 +91,8 @@ def typecheck(session: nox.Session) -> None:
         "packages/paravt-core/src/paravt/core",
         "packages/paravt-rewards/src/paravt/rewards",
         "packages/paravt-tools/src/paravt/tools",
+        "packages/paravt-train/src/paravt/train",
+        "packages/paravt-eval/src/paravt/eval",
     )
 
 

@@ -33,8 +33,8 @@ from paravt.core.engines.sglang_server import (
     ServerError,
     SGLangServerEngine,
     StaleWeightsError,
-    bucket_tensors,
 )
+from paravt.core.engines.weights import bucket_tensors
 from paravt.core.fake_sglang import serve
 from paravt.core.testing import StaticToolbox
 

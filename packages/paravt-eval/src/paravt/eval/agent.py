@@ -164,7 +164,7 @@ class EvalAgent:
             from paravt.eval.video import local_path
 
             local_path(sample.video)  # a missing video errors the sample here
-            duration_s, frames = None, []
+            duration_s, frames = None, list[Frame]()
         else:
             duration_s, frames = self.source.overview(sample.video, p.overview.num_frames)
         text = (
@@ -322,7 +322,7 @@ def default_source(config: EvalConfig, protocol: AgentProtocol) -> VideoSource:
 def _kind(value: str) -> AnswerKind:
     if value not in ANSWER_KINDS:
         raise ValueError(f"answer kind {value!r} is not one of {', '.join(ANSWER_KINDS)}")
-    return value  # type: ignore[return-value]
+    return value  # type: ignore[return-value, unused-ignore]
 
 
 def _describe(exc: BaseException) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from paravt.core import PROMPT_MODES
 from paravt.core.cli_style import add_debug, run_command, style
+from paravt.eval.config import DRIVER_TIMEOUT_S
 
 
 def _model_path(value: str) -> str:
@@ -106,7 +107,12 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     values = _protocol(args)
     if args.base_url:
-        values.update(base_url=args.base_url, model=args.served_model, api_key=args.api_key)
+        values.update(
+            base_url=args.base_url,
+            model=args.served_model,
+            api_key=args.api_key,
+            timeout_s=args.timeout_s,
+        )
     else:
         values["pretrained"] = _model_path(args.model)
     config = parse_eval_config(values)
@@ -190,6 +196,13 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--model", default="tiny", help="checkpoint directory, or 'tiny'")
     ask.add_argument("--base-url", default=None, help="OpenAI-compatible server instead of --model")
     ask.add_argument("--served-model", default=None, help="model name on the server")
+    ask.add_argument(
+        "--timeout-s",
+        type=float,
+        default=DRIVER_TIMEOUT_S,
+        help="one server request at most, in seconds (the released driver's OpenAI timeout); "
+        "three attempts on connection errors and HTTP 5xx",
+    )
     ask.add_argument(
         "--api-key",
         default=os.environ.get("OPENAI_API_KEY"),

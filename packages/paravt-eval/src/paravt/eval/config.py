@@ -228,9 +228,9 @@ class EvalConfig(BaseModel):
         `flag` is how the caller's user names the protocol argument (`--protocol `)."""
         protocol = self.resolved_protocol()
         _, why = self._base_protocol(flag)
-        modes = protocol.prompt_mode
+        modes: str = protocol.prompt_mode
         grounding = protocol.for_question("grounding", served=bool(self.base_url))
-        differs = []
+        differs: list[str] = []
         if grounding.prompt_mode != protocol.prompt_mode:
             differs.append(grounding.prompt_mode)
         if grounding.overview.channel != protocol.overview.channel:

@@ -296,7 +296,7 @@ def _part_url(part: dict[str, Any]) -> str | None:
     kind = part.get("type")
     if kind == "video":
         return part.get("video") if isinstance(part.get("video"), str) else None
-    sub = part.get(kind) or {}
+    sub = (part.get(kind) if isinstance(kind, str) else None) or {}
     return sub.get("url") if isinstance(sub, dict) else None
 
 

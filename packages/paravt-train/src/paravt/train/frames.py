@@ -60,7 +60,8 @@ class FrameSource:
             from PIL import Image
 
             return [ImagePart(Image.open(path).convert("RGB"))]
-        spec = part.get("video_url") if isinstance(part.get("video_url"), dict) else part
+        video_url = part.get("video_url")
+        spec: dict[str, Any] = video_url if isinstance(video_url, dict) else part
         start = spec.get("video_start", spec.get("start_time"))
         end = spec.get("video_end", spec.get("end_time"))
         n = spec.get("nframes", spec.get("num_frames"))

@@ -383,13 +383,13 @@ def sabotaged(kind: str) -> Iterator[None]:
         return batch
 
     if kind == "sign":
-        rl.ppo_loss = flipped  # type: ignore[assignment]
+        rl.ppo_loss = flipped  # type: ignore[assignment, unused-ignore]
     elif kind == "mask":
-        rl.collate = inverted  # type: ignore[assignment]
+        rl.collate = inverted  # type: ignore[assignment, unused-ignore]
     try:
         yield
     finally:
-        rl.ppo_loss, rl.collate = real_loss, real_collate  # type: ignore[assignment]
+        rl.ppo_loss, rl.collate = real_loss, real_collate  # type: ignore[assignment, unused-ignore]
 
 
 def rl_from_cold_start(

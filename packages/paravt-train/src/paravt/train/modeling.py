@@ -147,7 +147,7 @@ def collate(
 
 def model_inputs(model: Any, batch: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments of a Qwen-VL forward for a `collate` batch."""
-    inputs = {k: batch[k] for k in ("input_ids", "attention_mask") if k in batch}
+    inputs: dict[str, Any] = {k: batch[k] for k in ("input_ids", "attention_mask") if k in batch}
     if "pixel_values" in batch:
         dtype = next(p for p in model.parameters() if p.is_floating_point()).dtype
         inputs["pixel_values"] = batch["pixel_values"].to(dtype)

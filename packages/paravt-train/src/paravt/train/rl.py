@@ -559,7 +559,7 @@ class PolicyEngine:
             spec = recipe.rollout.server
             self.server = spec
             self.weight_dir = Path(spec.weight_dir or Path(recipe.output_dir) / "rollout_weights")
-            engine = VLLMServerEngine(
+            vllm_engine = VLLMServerEngine(
                 spec.urls,
                 processor,
                 weight_urls=spec.weight_urls,
@@ -567,10 +567,10 @@ class PolicyEngine:
                 max_in_flight=spec.max_in_flight,
                 retries=spec.retries,
             )
-            engine.health()  # every rank: fail fast, naming the servers that do not answer
+            vllm_engine.health()  # every rank: fail fast, naming the servers that do not answer
             if _is_rank0():
-                engine.check_logprobs_mode()  # the ratio needs the sampled distribution's
-            return engine
+                vllm_engine.check_logprobs_mode()  # the ratio needs the sampled distribution's
+            return vllm_engine
         if self.kind == "sglang_server":
             from paravt.core.engines.sglang_server import SGLangServerEngine
 

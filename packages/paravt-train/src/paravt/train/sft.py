@@ -131,7 +131,7 @@ def _load_examples(recipe: SFTRecipe) -> list[Any]:
     return examples
 
 
-class EncodedRows(torch.utils.data.Dataset):  # type: ignore[type-arg]
+class EncodedRows(torch.utils.data.Dataset):  # type: ignore[type-arg, unused-ignore]
     """Row index -> (index, encoded `Sequence_` or None when longer than `max_length`).
 
     Frames are decoded and tokenised here, in DataLoader workers. Host memory holds the batches
@@ -169,7 +169,7 @@ class EncodedRows(torch.utils.data.Dataset):  # type: ignore[type-arg]
         return i, seq
 
 
-class StepRows(torch.utils.data.Sampler):  # type: ignore[type-arg]
+class StepRows(torch.utils.data.Sampler):  # type: ignore[type-arg, unused-ignore]
     """This rank's row indices of every step, drawn from the shared `RowOrder` (all ranks draw
     the same global take and keep their slice). The loader runs ahead of training by a bounded
     prefetch, so the order's state after each step's draw is kept (`state_after[step]`, popped

@@ -68,7 +68,7 @@ def run_smoke(out: Path, *, sft_steps: int | None = None, rl_steps: int | None =
 
     base_model = ensure_model(sft.model)
     t = time.perf_counter()
-    base = evaluate_held_out(base_model, rl, held)
+    base = evaluate_held_out(Path(base_model), rl, held)
     t_eval = time.perf_counter() - t
     t = time.perf_counter()
     sft_final = train_sft(sft)

@@ -95,7 +95,7 @@ def accuracy_cell(
                 protocol=protocol,
                 main_nframes=k,
                 temperature=0.0,
-                dispatch=dispatch,  # type: ignore[arg-type]
+                dispatch=dispatch,  # type: ignore[arg-type, unused-ignore]
                 device=config.device,
                 batch_size=config.batch_size,
             )

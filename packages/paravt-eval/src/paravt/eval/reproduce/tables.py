@@ -45,7 +45,7 @@ class Row:
         """Per seed, the mean over the K columns (None unless every column is there)."""
         out: list[float | None] = []
         for values in zip(*self.accuracy.values()):
-            out.append(None if any(v is None for v in values) else sum(values) / len(values))  # type: ignore[arg-type]
+            out.append(None if any(v is None for v in values) else sum(values) / len(values))  # type: ignore[arg-type, unused-ignore]
         return out
 
 
