@@ -27,6 +27,7 @@ import pytest
 import torch
 
 import paravt.train.rl as rl
+import paravt.train.rl.learner as learner
 from paravt.train.distributed import Backend
 from paravt.train.modeling import (
     Sequence_,
@@ -123,7 +124,7 @@ def case(tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> _Ca
 def _shift_proximal(monkeypatch: pytest.MonkeyPatch, shift: float) -> None:
     """The trainer's own log-prob pass, then its proximal log-probs moved by `shift` on trained
     tokens (everything after it is the real update)."""
-    real = rl.logprob_pass
+    real = learner.logprob_pass
 
     def shifted(backend: Any, ref_model: Any, mbs: Any, recipe: Any, **kw: Any) -> None:
         real(backend, ref_model, mbs, recipe, **kw)
@@ -132,7 +133,7 @@ def _shift_proximal(monkeypatch: pytest.MonkeyPatch, shift: float) -> None:
                 assert s.prox_logprobs is not None
                 s.prox_logprobs = [p + shift if m else p for p, m in zip(s.prox_logprobs, s.mask)]
 
-    monkeypatch.setattr(rl, "logprob_pass", shifted)
+    monkeypatch.setattr(learner, "logprob_pass", shifted)  # where `update` looks it up
 
 
 def test_the_coupled_loss_clips_every_token_of_the_stale_rollout(case: _Case) -> None:

@@ -23,19 +23,11 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
+
+from paravt.train.ranks import barrier, rank
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 STATE_FILE = "trainer_state.pt"
-
-
-def _rank() -> int:
-    return dist.get_rank() if dist.is_initialized() else 0
-
-
-def _barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()
 
 
 def rng_state() -> dict[str, Any]:
@@ -100,18 +92,18 @@ def save_checkpoint(
     root = Path(output_dir) / "checkpoints"
     final = root / f"step-{step:06d}"
     tmp = root / f".tmp-step-{step:06d}"
-    rank = _rank()
-    if rank == 0:
+    me = rank()
+    if me == 0:
         root.mkdir(parents=True, exist_ok=True)
         for stale in root.glob(".tmp-step-*"):
             shutil.rmtree(stale, ignore_errors=True)
         tmp.mkdir()
-    _barrier()
+    barrier()
     model_state = backend.full_model_state()
     optim_state = backend.optimizer_state()
     backend.save_deepspeed(tmp / "deepspeed")
-    torch.save(rng_state(), tmp / f"rng-rank{rank}.pt")
-    if rank == 0:
+    torch.save(rng_state(), tmp / f"rng-rank{me}.pt")
+    if me == 0:
         save_hf(tmp, backend.model, processor, model_state)
         torch.save(
             {
@@ -123,14 +115,14 @@ def save_checkpoint(
             },
             tmp / STATE_FILE,
         )
-    _barrier()
-    if rank == 0:
+    barrier()
+    if me == 0:
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)
         for _, old in checkpoint_dirs(output_dir)[:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)
-    _barrier()
+    barrier()
     return final
 
 
@@ -143,7 +135,7 @@ def load_checkpoint(directory: Path, backend: Any) -> dict[str, Any]:
     else:
         backend.load_optimizer_state(state["optimizer"])
         backend.scheduler.load_state_dict(state["scheduler"])
-    rng_file = directory / f"rng-rank{_rank()}.pt"
+    rng_file = directory / f"rng-rank{rank()}.pt"
     if rng_file.is_file():
         set_rng_state(torch.load(rng_file, map_location="cpu", weights_only=False))
     return state
@@ -151,7 +143,7 @@ def load_checkpoint(directory: Path, backend: Any) -> dict[str, Any]:
 
 def truncate_metrics(path: Path, last_step: int) -> None:
     """Drop metrics rows after `last_step` (they belong to steps that will run again)."""
-    if _rank() != 0 or not path.is_file():
+    if rank() != 0 or not path.is_file():
         return
     keep = []
     for line in path.read_text().splitlines():

@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from paravt.train.optim import make_optimizer, make_scheduler
+from paravt.train.ranks import is_rank0
 from paravt.train.recipe import DistributedSpec, OptimSpec
 
 log = logging.getLogger("paravt.train")
@@ -176,11 +177,6 @@ def all_gather_floats(values: Sequence[float]) -> list[list[float]]:
         r = r.cpu()
         out.append(r[1 : int(r[0].item()) + 1].tolist())
     return out
-
-
-def barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()
 
 
 def _blocks(model: Any) -> list[torch.nn.Module]:
@@ -388,7 +384,7 @@ class Backend:
     def full_model_state(self, *, all_ranks: bool = False) -> dict[str, torch.Tensor]:
         """Unsharded weights on CPU, gathered tensor by tensor (a collective under FSDP2/ZeRO-3).
         Rank 0 keeps them (every rank with `all_ranks`); other ranks get an empty dict."""
-        keep = all_ranks or not dist.is_initialized() or dist.get_rank() == 0
+        keep = all_ranks or is_rank0()
         state: dict[str, torch.Tensor] = {}
         for bucket in self.iter_full_state(device="cpu"):
             if keep:

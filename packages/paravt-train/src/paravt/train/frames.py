@@ -13,6 +13,7 @@ from typing import Any
 from paravt.core.prompts import render_frames
 from paravt.core.protocol import CropVideoArgs, Frame, ImagePart, Message, Part, TextPart
 from paravt.train.data import VIDEO_PLACEHOLDER
+from paravt.train.ranks import barrier, is_rank0
 from paravt.train.recipe import DataSpec, VideoSpec
 
 log = logging.getLogger("paravt.train")
@@ -145,10 +146,7 @@ def ensure_synth(data: DataSpec) -> None:
     files are missing (only for recipes with a `data.synth` section)."""
     if data.synth is None or all(Path(p).exists() for p in data.parquet):
         return
-    import torch.distributed as dist
-
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    if rank == 0:
+    if is_rank0():
         from paravt.tools.synth import SynthConfig, generate
 
         s = data.synth
@@ -181,5 +179,4 @@ def ensure_synth(data: DataSpec) -> None:
                 f"paravt-tools synth wrote {sorted(p.name for p in Path(s.out_dir).iterdir())} "
                 f"but the recipe expects {missing}; fix data.parquet"
             )
-    if dist.is_initialized():
-        dist.barrier()
+    barrier()

@@ -368,11 +368,11 @@ def sabotaged(kind: str) -> Iterator[None]:
     `sign`: the policy-gradient sign flipped (advantages negated inside the PPO loss).
     `mask`: the loss mask inverted (prompt and tool-response tokens trained, sampled ones not).
     `""`: no sabotage."""
-    import paravt.train.rl as rl
+    import paravt.train.rl.learner as learner  # where the update looks up its loss and batches
 
     if kind not in ("", *SABOTAGES):
         raise ValueError(f"unknown sabotage {kind!r}: use one of {SABOTAGES} or ''")
-    real_loss, real_collate = rl.ppo_loss, rl.collate
+    real_loss, real_collate = learner.ppo_loss, learner.collate
 
     def flipped(logp: Any, old_logp: Any, advantages: Any, *args: Any, **kw: Any) -> Any:
         return real_loss(logp, old_logp, -advantages, *args, **kw)
@@ -383,13 +383,13 @@ def sabotaged(kind: str) -> Iterator[None]:
         return batch
 
     if kind == "sign":
-        rl.ppo_loss = flipped  # type: ignore[assignment, unused-ignore]
+        learner.ppo_loss = flipped  # type: ignore[assignment, unused-ignore]
     elif kind == "mask":
-        rl.collate = inverted  # type: ignore[assignment, unused-ignore]
+        learner.collate = inverted  # type: ignore[assignment, unused-ignore]
     try:
         yield
     finally:
-        rl.ppo_loss, rl.collate = real_loss, real_collate  # type: ignore[assignment, unused-ignore]
+        learner.ppo_loss, learner.collate = real_loss, real_collate  # type: ignore[assignment, unused-ignore]
 
 
 def rl_from_cold_start(

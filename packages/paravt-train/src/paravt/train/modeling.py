@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from paravt.train.distributed import all_reduce_max_int
+from paravt.train.ranks import barrier, is_rank0
 from paravt.train.recipe import ModelSpec
 
 log = logging.getLogger("paravt.train")
@@ -45,16 +46,12 @@ def ensure_model(spec: ModelSpec) -> Path | str:
     """
     path = Path(spec.path)
     if spec.build_tiny and not (path / "config.json").is_file():
-        import torch.distributed as dist
-
-        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-        if rank == 0:
+        if is_rank0():
             from paravt.core.tiny import build_tiny_qwen3vl
 
             log.info("building the tiny Qwen3-VL at %s (seed %d)", path, spec.tiny_seed)
             build_tiny_qwen3vl(path, seed=spec.tiny_seed)
-        if dist.is_available() and dist.is_initialized():
-            dist.barrier()
+        barrier()
     if path.exists() or spec.build_tiny:
         return path
     return spec.path  # a hub id

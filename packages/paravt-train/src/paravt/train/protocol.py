@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from paravt.core.agent_protocol import AgentProtocol, get_protocol
+from paravt.train.ranks import is_rank0
 
 
 def trained_protocol(recipe: Any) -> AgentProtocol:
@@ -60,9 +61,7 @@ def trained_protocol(recipe: Any) -> AgentProtocol:
 
 def save_trained_protocol(final: Path, recipe: Any) -> None:
     """Write `agent_protocol.json` into `final` (rank 0 only; a no-op when `final` is missing)."""
-    import torch.distributed as dist
-
-    if dist.is_initialized() and dist.get_rank() != 0:
+    if not is_rank0():
         return
     if Path(final).is_dir():
         trained_protocol(recipe).save(final)

@@ -11,44 +11,26 @@ from __future__ import annotations
 
 import logging
 import math
-import random
-import shutil
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from paravt.core.protocol import Message
-from paravt.train.checkpoint import (
-    latest_checkpoint,
-    load_checkpoint,
-    save_checkpoint,
-    save_hf,
-    truncate_metrics,
-)
-from paravt.train.distributed import Backend, all_reduce_mean, barrier, init_distributed
-from paravt.train.metrics import MetricsLogger, RowOrder
+from paravt.train.distributed import Backend, all_reduce_mean
+from paravt.train.metrics import RowOrder
 from paravt.train.modeling import (
     Sequence_,
     collate,
-    load_model_and_processor,
-    pick_device,
     token_logprobs,
 )
-from paravt.train.protocol import save_trained_protocol
 from paravt.train.recipe import SFTRecipe
+from paravt.train.runs import start_run
 
 log = logging.getLogger("paravt.train")
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 def encode_conversation(engine: Any, messages: Sequence[Message]) -> Sequence_:
@@ -215,33 +197,17 @@ def train_sft(
     """
     from paravt.core.engines.hf import HFChatEncoder, HFEngine
     from paravt.train.distributed import all_reduce_sum
-    from paravt.train.modeling import balance_micro_batches, filler_sequence, pick_dtype
+    from paravt.train.modeling import balance_micro_batches, filler_sequence
 
-    out = Path(recipe.output_dir)
-    device = pick_device(recipe.distributed.device)
-    rank, world = init_distributed(recipe.distributed, device)
-    seed_everything(recipe.seed + rank)
-
-    ckpt = latest_checkpoint(out) if resume else None
-    compute_dtype = pick_dtype(recipe.model, device)
-    master = torch.float32 if recipe.distributed.strategy == "fsdp2" else compute_dtype
-    model, processor = load_model_and_processor(recipe.model, device, path=ckpt, dtype=master)
+    run = start_run(recipe, resume=resume)
+    logger = run.resume()
+    rank, world, start, backend, device = run.rank, run.world, run.start, run.backend, run.device
+    model, processor = run.model, run.processor
     engine = HFEngine(model, processor)  # tokenisation through the model's own chat template
     encoder = HFChatEncoder(processor, eos_token_ids=engine.eos_token_ids)  # no model: workers
     pad_id, image_id = engine.pad_token_id, engine.image_token_id
     filler = filler_sequence(encoder)
-    backend = Backend(
-        model, recipe.distributed, recipe.optim, recipe.max_steps, compute_dtype=compute_dtype
-    )
-    start = 0
-    order_state = None
-    if ckpt is not None:
-        state = load_checkpoint(ckpt, backend)
-        start, order_state = int(state["step"]), state["data"]
-        truncate_metrics(out / "metrics.jsonl", start)
-        log.info("resumed from %s at step %d", ckpt, start)
-    elif rank == 0 and (out / "metrics.jsonl").exists():
-        (out / "metrics.jsonl").unlink()
+    order_state = run.data_state
 
     if conversations is not None:
         rows: list[Any] = list(conversations)
@@ -266,7 +232,6 @@ def train_sft(
         prefetch_factor=2 if workers else None,
         persistent_workers=False,
     )
-    logger = MetricsLogger(out, recipe.logging, rank=rank, total=recipe.max_steps, initial=start)
     packing = recipe.sft.packing_length if recipe.sft.packing else None
     chunk = recipe.model.logprob_chunk_tokens
     model.train()
@@ -305,35 +270,9 @@ def train_sft(
         logger.log(step, metrics, bar={"loss": metrics["loss"]})
         if on_step is not None:
             on_step(step, backend, metrics)
-        if recipe.checkpoint.every_steps and step % recipe.checkpoint.every_steps == 0:
-            save_checkpoint(
-                out,
-                step,
-                backend,
-                processor,
-                data_state=data_state,
-                keep_last=recipe.checkpoint.keep_last,
-            )
+        run.checkpoint(step, data_state)
         t0 = time.perf_counter()
-    logger.close()
-    final = out / "final"
-    if recipe.checkpoint.save_final:
-        save_final(final, backend, processor)
-        save_trained_protocol(final, recipe)  # agent_protocol.json: how this model was trained
-    return final
-
-
-def save_final(final: Path, backend: Backend, processor: Any) -> None:
-    """The HF-loadable final model, written to a temporary directory and renamed (collective)."""
-    state = backend.full_model_state()
-    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-    if rank == 0:
-        tmp = final.with_name(f".tmp-{final.name}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        save_hf(tmp, backend.model, processor, state)
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
-    barrier()
+    return run.finish()
 
 
 def mean_or_nan(xs: Sequence[float]) -> float:

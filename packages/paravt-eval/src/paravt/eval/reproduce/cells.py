@@ -141,7 +141,8 @@ def rollout_stats_cell(
     on `config.stats_prompts` training prompts x the group size, at the rollout temperature."""
 
     def compute() -> dict[str, Any]:
-        from paravt.train.rl import evaluate, load_rl_examples
+        from paravt.train import evaluate_rl as evaluate
+        from paravt.train import load_rl_examples
 
         examples = load_rl_examples(recipe)[: config.stats_prompts]
         n = len(examples) * recipe.rollout.group_size

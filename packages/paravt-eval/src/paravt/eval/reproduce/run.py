@@ -85,7 +85,7 @@ def run_reproduce(config: ReproduceConfig) -> ReproduceResult:
         compute_s += sum(runs.seconds.values())
         stats_recipe = rl_recipe_for_stats(config, seed, runs.sft, data)
         if not (protocol_dir / "agent_protocol.json").is_file():
-            from paravt.train.protocol import trained_protocol
+            from paravt.train import trained_protocol
 
             trained_protocol(stats_recipe).save(protocol_dir)
         for name in ("base", "sft"):
@@ -156,7 +156,7 @@ def same_answers(answers: dict[str, list[float]]) -> list[list[str]]:
 
 
 def _setup(config: ReproduceConfig, n_docs: int) -> dict[str, Any]:
-    import paravt.train.miniature as m
+    from paravt.train import miniature as m
 
     arms = {a.name: a.describe() for a in m.ARMS.values()}
     return {

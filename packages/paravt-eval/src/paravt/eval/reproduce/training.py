@@ -21,7 +21,7 @@ from paravt.eval.reproduce.progress import log
 
 def _miniature() -> Any:
     try:
-        import paravt.train.miniature as miniature
+        from paravt.train import miniature
     except ImportError as exc:
         raise ImportError(
             f"reproduce trains its checkpoints with paravt-train ({exc}); install it with "
@@ -122,7 +122,7 @@ def ensure_seed(config: ReproduceConfig, seed: int, data: Any, arms: list[str]) 
     runs = SeedRuns(seed, base, sft_dir / "final")
     seconds = _finished(sft_dir, settings)
     if seconds is None:
-        from paravt.train.sft import train_sft
+        from paravt.train import train_sft
 
         recipe = m.sft_recipe(sft_dir, base, data, seed=seed, steps=config.sft_steps, extra=common)
         log(f"seed {seed}: SFT cold start, {config.sft_steps} steps")
@@ -137,7 +137,7 @@ def ensure_seed(config: ReproduceConfig, seed: int, data: Any, arms: list[str]) 
         settings = {"steps": config.rl_steps, "seed": seed, "arm": arm.describe()}
         seconds = _finished(run, settings)
         if seconds is None:
-            from paravt.train.rl import train_rl
+            from paravt.train import train_rl
 
             recipe = m.rl_recipe(
                 run, runs.sft, data.rl, arm=arm, seed=seed, steps=config.rl_steps, extra=common

@@ -1,0 +1,173 @@
+"""The update: micro-batches balanced over ranks, the log-prob pass (proximal and reference), the KL
+reward, and the PPO / decoupled loss with one optimiser step."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import torch
+
+from paravt.train.distributed import (
+    Backend,
+    all_reduce_sum,
+)
+from paravt.train.losses import kl_reward_to_go, ppo_loss, step_normaliser
+from paravt.train.modeling import (
+    Sequence_,
+    balance_micro_batches,
+    collate,
+    token_logprobs,
+)
+from paravt.train.recipe import RLRecipe
+
+log = logging.getLogger("paravt.train")
+
+
+def _micro_batches(
+    seqs: list[Sequence_], size: int, filler: Sequence_ | None, world: int
+) -> list[list[Sequence_]]:
+    """`size` trajectories per micro-batch, balanced over ranks (`balance_micro_batches`)."""
+    mbs = [seqs[i : i + size] for i in range(0, len(seqs), size)]
+    if filler is None:
+        return mbs
+    return balance_micro_batches(mbs, filler, world=world)
+
+
+def logprob_pass(
+    backend: Backend,
+    ref_model: Any,
+    mbs: list[list[Sequence_]],
+    recipe: RLRecipe,
+    *,
+    pad_id: int,
+    image_id: int,
+    device: torch.device,
+) -> None:
+    """Before the update, without gradients: the proximal log-probs (the policy as it is now,
+    for the decoupled loss) and the reference's (for the KL), stored on each sequence at its
+    trained positions. Forward passes on sharded models are collectives: every rank runs the
+    same (balanced) micro-batches."""
+    loss_cfg = recipe.loss
+    temperature = recipe.rollout.temperature or 1.0
+    chunk = recipe.model.logprob_chunk_tokens
+    need_ref = ref_model is not None and loss_cfg.kl_coef > 0
+    if not (loss_cfg.decoupled or need_ref):
+        return
+    module = backend.forward_module()
+    with torch.no_grad():
+        for mb in mbs:
+            batch = collate(mb, pad_id=pad_id, image_token_id=image_id, device=device)
+            mask = batch["mask"]
+            prox = ref = None
+            if loss_cfg.decoupled:
+                prox = token_logprobs(
+                    module, batch, temperature=temperature, mask=mask, chunk=chunk
+                )
+            if need_ref:
+                ref = token_logprobs(
+                    ref_model, batch, temperature=temperature, mask=mask, chunk=chunk
+                )
+            for i, s in enumerate(mb):
+                n = len(s)
+                if prox is not None:
+                    s.prox_logprobs = prox[i, :n].cpu().tolist()
+                if ref is not None:
+                    s.ref_logprobs = ref[i, :n].cpu().tolist()
+
+
+def add_kl_reward(seqs: list[Sequence_], kl_coef: float) -> None:
+    """`loss.kl_form=k1_reward`: each trained token's advantage gets the KL return
+    (`losses.kl_reward_to_go` of behaviour vs reference log-probs), in place."""
+    for s in seqs:
+        if s.ref_logprobs is None or s.old_logprobs is None or s.advantages is None:
+            continue
+        kl = kl_reward_to_go(s.old_logprobs, s.ref_logprobs, s.mask, kl_coef)
+        s.advantages = [a + k for a, k in zip(s.advantages, kl)]
+
+
+def update(
+    backend: Backend,
+    ref_model: Any,
+    seqs: list[Sequence_],
+    recipe: RLRecipe,
+    *,
+    pad_id: int,
+    image_id: int,
+    device: torch.device,
+    filler: Sequence_ | None = None,
+) -> dict[str, float]:
+    """One optimiser step over `seqs` (micro-batched, gradients accumulated); loss metrics.
+
+    In train mode (gradient checkpointing active). Every rank runs the same number of
+    micro-batches (`filler` pads; required under torchrun), and the loss is normalised over the
+    whole step on all ranks, so the gradient is that of one process holding every rank's
+    trajectories. Order: log-prob pass (proximal / reference), KL reward (k1_reward), update.
+    """
+
+    loss_cfg = recipe.loss
+    temperature = recipe.rollout.temperature or 1.0
+    chunk = recipe.model.logprob_chunk_tokens
+    world = backend.world_size
+    mbs = _micro_batches(seqs, loss_cfg.micro_batch_size, filler, world)
+    backend.model.train()
+    t0 = time.perf_counter()
+    logprob_pass(backend, ref_model, mbs, recipe, pad_id=pad_id, image_id=image_id, device=device)
+    t_logprob = time.perf_counter() - t0
+    kl_in_reward = loss_cfg.kl_form == "k1_reward" and ref_model is not None
+    if kl_in_reward and loss_cfg.kl_coef > 0:
+        add_kl_reward(seqs, loss_cfg.kl_coef)
+    (global_norm,) = all_reduce_sum([step_normaliser(loss_cfg.aggregation, [s.mask for s in seqs])])
+    norm = max(global_norm, 1.0) / backend.grad_average_ranks
+    sums = {k: 0.0 for k in ("pg", "kl", "clip_fraction", "ratio", "tokens", "behav", "masked")}
+    loss_total = 0.0
+    module = backend.forward_module()
+    use_ref = ref_model is not None and loss_cfg.kl_coef > 0
+    for k, mb in enumerate(mbs):
+        batch = collate(mb, pad_id=pad_id, image_token_id=image_id, device=device)
+        mask = batch["mask"].clone()
+        mask[:, 0] = 0.0  # the first token has no prediction
+        lp = token_logprobs(module, batch, temperature=temperature, mask=mask, chunk=chunk)
+        parts = ppo_loss(
+            lp,
+            batch["old_logprobs"],
+            batch["advantages"],
+            mask,
+            ref_logp=batch["ref_logprobs"] if use_ref else None,
+            clip_eps=loss_cfg.clip_eps,
+            clip_eps_high=loss_cfg.clip_eps_high,
+            kl_coef=loss_cfg.kl_coef,
+            aggregation=loss_cfg.aggregation,
+            norm=norm,
+            prox_logp=batch["prox_logprobs"] if loss_cfg.decoupled else None,
+            behav_imp_weight_cap=loss_cfg.behav_imp_weight_cap,
+            kl_form=loss_cfg.kl_form,
+        )
+        backend.backward(parts.loss, last=k == len(mbs) - 1)
+        loss_total += float(parts.loss.detach())
+        w = parts.tokens
+        sums["pg"] += parts.pg * w
+        sums["kl"] += parts.kl * w
+        sums["clip_fraction"] += parts.clip_fraction * w
+        sums["ratio"] += parts.ratio_mean * w
+        sums["behav"] += parts.behav_weight_mean * w
+        sums["masked"] += parts.behav_masked_fraction * w
+        sums["tokens"] += w
+    grad_norm = backend.step()
+    tok = sums["tokens"] or 1.0
+    return {
+        "loss": loss_total,
+        "loss/pg": sums["pg"] / tok,
+        "loss/normaliser": global_norm,
+        "kl": sums["kl"] / tok,
+        "clip_fraction": sums["clip_fraction"] / tok,
+        "ratio_mean": sums["ratio"] / tok,
+        "behav_weight_mean": sums["behav"] / tok,
+        "behav_masked_fraction": sums["masked"] / tok,
+        "grad_norm": grad_norm,
+        "tokens/trained": sums["tokens"],
+        "trajectories/trained": float(len(seqs)),
+        "micro_batches": float(len(mbs)),
+        "time/logprob_s": t_logprob,
+    }

@@ -1,0 +1,127 @@
+"""Producing rollouts: the agent configuration of a run, the main prompt over a prompt's overview,
+and one step's episodes through the agent runtime."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from paravt.core.prompts import build_main_prompt, render_frames
+from paravt.core.protocol import Message, TextPart
+from paravt.core.runtime import (
+    AgentConfig,
+    AgentTask,
+    Episode,
+    SamplingParams,
+    run_episodes_sync,
+)
+from paravt.train.recipe import RLRecipe
+
+log = logging.getLogger("paravt.train")
+
+
+def agent_config(recipe: RLRecipe, *, seed: int | None) -> AgentConfig:
+    r = recipe.rollout
+    return AgentConfig(
+        max_turns=r.max_turns,
+        max_parallel=r.max_parallel,
+        dispatch=r.dispatch,
+        tool_response=r.tool_response,
+        think_prefix=r.think_prefix,
+        schedule=r.schedule,
+        max_num_frames=recipe.video.max_crop_frames,
+        sampling=SamplingParams(
+            max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, seed=seed
+        ),
+        subagent_sampling=SamplingParams(
+            max_new_tokens=r.subagent_max_new_tokens,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            seed=None if seed is None else seed + 1,
+        ),
+    )
+
+
+def prompt_messages(
+    example: Any, overview: Sequence[Any], duration_s: float, recipe: RLRecipe
+) -> list[Message]:
+    """The main agent's first prompt: the row's system prompt (or ours), the overview frames with
+    their timestamps where the row's `<video>` placeholder was, and the question."""
+    r = recipe.rollout
+    if example.system is None:
+        return build_main_prompt(
+            example.question,
+            overview,
+            mode=r.prompt_mode,
+            duration_s=duration_s,
+            max_turns=r.max_turns,
+            max_parallel=r.max_parallel,
+        )
+    intro = TextPart(
+        f"The video is {duration_s:.1f} seconds long. Overview ({len(overview)} frames):"
+    )
+    return [
+        Message("system", example.system),
+        Message(
+            "user", [intro, *render_frames(overview), TextPart("Question: " + example.question)]
+        ),
+    ]
+
+
+@dataclass
+class Rollouts:
+    """One step's episodes with what they were scored against."""
+
+    episodes: list[Episode]
+    examples: list[Any]  # per episode
+    budgets: list[int]  # overview K per episode
+    rewards: list[Any] = field(default_factory=list)  # RewardBreakdown per episode
+    advantages: list[float] = field(default_factory=list)
+
+
+def rollout(
+    examples: Sequence[Any],
+    engine: Any,
+    frames: Any,
+    gate: Any,
+    recipe: RLRecipe,
+    *,
+    epoch: int,
+    seed: int | None,
+) -> Rollouts:
+    """`group_size` agent episodes per example (consecutive), with gated overview budgets."""
+    tasks, per_episode, budgets = rollout_tasks(examples, frames, gate, recipe, epoch=epoch)
+    episodes = run_episodes_sync(tasks, engine, agent_config(recipe, seed=seed))
+    return Rollouts(episodes, per_episode, budgets)
+
+
+def rollout_tasks(
+    examples: Sequence[Any], frames: Any, gate: Any, recipe: RLRecipe, *, epoch: int
+) -> tuple[list[AgentTask], list[Any], list[int]]:
+    """The agent tasks of `rollout` (overviews decoded), each episode's example and budget."""
+    tasks: list[AgentTask] = []
+    per_episode: list[Any] = []
+    budgets: list[int] = []
+    for ex in examples:
+        k = gate.budget(ex.key, epoch)
+        overview, duration_s = frames.overview(ex.video, k)
+        messages = prompt_messages(ex, overview, duration_s, recipe)
+        for j in range(recipe.rollout.group_size):
+            tasks.append(
+                AgentTask(f"{ex.key}#{j}", messages, frames.toolbox(ex.video), ex.question)
+            )
+            per_episode.append(ex)
+            budgets.append(k)
+    return tasks, per_episode, budgets
+
+
+class PreparedStep(NamedTuple):
+    """One step's rollouts before generation (asynchronous training prepares them ahead)."""
+
+    epoch: int
+    seed: int
+    tasks: list[AgentTask]
+    per_episode: list[Any]  # each episode's example
+    budgets: list[int]  # each episode's overview K

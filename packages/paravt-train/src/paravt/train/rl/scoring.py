@@ -1,0 +1,188 @@
+"""Scoring: rewards per episode, group advantages (over all ranks), the steps without a learning
+signal, and the training sequences (main and sub-agent trajectories) with their metrics."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from paravt.train.distributed import (
+    all_gather_floats,
+)
+from paravt.train.modeling import (
+    Sequence_,
+)
+from paravt.train.ranks import is_rank0
+from paravt.train.recipe import RLRecipe
+from paravt.train.rl.rollouts import (
+    Rollouts,
+)
+
+log = logging.getLogger("paravt.train")
+
+
+def score_rollouts(ro: Rollouts, reward_config: Any, recipe: RLRecipe) -> None:
+    """Rewards (paravt-rewards) and group-normalised advantages, in place."""
+    from paravt.rewards import AdvantageConfig, score_episode
+
+    for ep, ex in zip(ro.episodes, ro.examples):
+        options = ex.extra_info.get("options") if isinstance(ex.extra_info, dict) else None
+        ro.rewards.append(
+            score_episode(
+                ep,
+                ex.answer,
+                ex.question_type,
+                reward_config,
+                options=options,
+                question=ex.question,
+            )
+        )
+    a = recipe.advantage
+    config = AdvantageConfig(
+        estimator=a.estimator,
+        reward_scaling=a.reward_scaling,
+        reward_bias=a.reward_bias,
+        batch_norm=a.batch_norm,
+    )
+    ro.advantages = global_group_advantages(
+        [r.total for r in ro.rewards], recipe.rollout.group_size, config
+    )
+
+
+def global_group_advantages(totals: list[float], group_size: int, config: Any) -> list[float]:
+    """This rank's advantages, normalised over the global batch (collective).
+
+    Every rank holds whole groups, so the rewards of all ranks in rank order are the step's
+    batch as one process would hold it: group statistics are unchanged, and batch normalisation
+    (`advantage.batch_norm`) uses the mean and std over all ranks' episodes, as the reference's
+    global-batch normalisation does."""
+    from paravt.rewards import group_advantages
+
+    gathered = all_gather_floats(totals)
+    everything = [x for rank_totals in gathered for x in rank_totals]
+    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+    offset = sum(len(g) for g in gathered[:rank])
+    advantages = group_advantages(everything, group_size, config=config)
+    return advantages[offset : offset + len(totals)]
+
+
+def zero_groups_frac(totals: Sequence[float], group_size: int) -> float:
+    """The share of groups (consecutive `group_size` rollouts) whose rewards are all equal: their
+    outcome advantages are zero, so the step learns nothing from them."""
+    groups = [totals[i : i + group_size] for i in range(0, len(totals), group_size)]
+    if not groups:
+        return 0.0
+    return sum(max(g) - min(g) < 1e-9 for g in groups) / len(groups)
+
+
+class NoSignalWatch:
+    """Counts consecutive steps in which every group's rewards were equal and warns (rank 0) after
+    `after` of them, then every `after` steps while it lasts (0: never)."""
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+        self.streak = 0
+
+    def update(self, step: int, zero_groups_frac: float) -> None:
+        self.streak = self.streak + 1 if zero_groups_frac >= 1.0 - 1e-9 else 0
+        if self.after and self.streak and self.streak % self.after == 0 and is_rank0():
+            log.warning(
+                "steps %d-%d: no learning signal: in every group all rollouts got the same "
+                "reward (advantage/zero_groups_frac = 1), so every outcome advantage is zero. "
+                "Likely causes: an untrained or random model on the rollout server (every answer "
+                "equally wrong or malformed: check model.path and the server's --model-path), or "
+                "a reward that cannot vary (check reward.* and the data's answers)",
+                step - self.streak + 1,
+                step,
+            )
+
+
+def _turn_offsets(engine: Any, ids: Sequence[int], prefix: str) -> list[tuple[int, int]]:
+    """Character span of each generated token in `prefix + text` (tokens decoded one by one)."""
+    spans, pos = [], len(prefix)
+    for t in ids:
+        piece = engine.decode([t])
+        spans.append((pos, pos + len(piece)))
+        pos += len(piece)
+    return spans
+
+
+def training_sequences(
+    ro: Rollouts, recipe: RLRecipe, engine: Any, reward_config: Any
+) -> list[Sequence_]:
+    """Main (and optionally sub-agent) trajectories with their per-token advantages."""
+    from paravt.rewards import anchor_token_rewards
+
+    seqs: list[Sequence_] = []
+    prefix = "<think>\n" if recipe.rollout.think_prefix else ""
+    for ep, adv in zip(ro.episodes, ro.advantages):
+        main = ep.main
+        advs = [adv] * len(main.token_ids)
+        if recipe.advantage.token_level_anchoring:
+            # generated runs of the main trajectory are the turns, in order
+            runs, start = [], None
+            for i, m in enumerate([*main.loss_mask, 0]):
+                if m and start is None:
+                    start = i
+                elif not m and start is not None:
+                    runs.append((start, i))
+                    start = None
+            for (s, e), turn in zip(runs, ep.turns):
+                offsets = _turn_offsets(engine, main.token_ids[s:e], prefix)
+                bonus = anchor_token_rewards(
+                    turn.parsed, offsets, lambda_anchor=reward_config.lambda_anchor
+                )
+                for i, b in zip(range(s, e), bonus):
+                    advs[i] += b * recipe.advantage.reward_scaling
+        seqs.append(Sequence_(main.token_ids, main.loss_mask, main.media, main.logprobs, advs))
+        if recipe.loss.include_subagents_in_loss:
+            for sub in ep.subagents:
+                seqs.append(
+                    Sequence_(
+                        sub.token_ids,
+                        sub.loss_mask,
+                        sub.media,
+                        sub.logprobs,
+                        [adv] * len(sub.token_ids),
+                    )
+                )
+    return seqs
+
+
+def episode_metrics(ro: Rollouts) -> dict[str, float]:
+    """Reward components, f_tau, kappa, calls per turn, accuracy, lengths and K of a step."""
+
+    def mean(xs: Sequence[float]) -> float:
+        return sum(xs) / len(xs) if xs else math.nan
+
+    out: dict[str, float] = {}
+    keys = ro.rewards[0].components().keys() if ro.rewards else []
+    for k in keys:
+        out[k] = mean([r.components()[k] for r in ro.rewards])
+    eps = ro.episodes
+    turns = [t for ep in eps for t in ep.turns]
+    out.update(
+        {
+            "f_tau": mean([r.format for r in ro.rewards]),
+            "kappa": mean([float(ep.num_tool_calls) for ep in eps]),
+            "accuracy": mean([r.accuracy for r in ro.rewards]),
+            "calls_per_turn": mean([float(t.num_calls) for t in turns]),
+            "tool_use_rate": mean([float(ep.num_tool_calls > 0) for ep in eps]),
+            "turns": mean([float(len(ep.turns)) for ep in eps]),
+            "len/main_generated": mean([float(ep.main.num_generated) for ep in eps]),
+            "len/main_total": mean([float(len(ep.main.token_ids)) for ep in eps]),
+            "len/subagent_generated": mean(
+                [float(s.num_generated) for ep in eps for s in ep.subagents]
+            )
+            if any(ep.subagents for ep in eps)
+            else 0.0,
+            "subagents_per_episode": mean([float(len(ep.subagents)) for ep in eps]),
+            "gating/k_mean": mean([float(k) for k in ro.budgets]),
+            "truncated_rate": mean([float(ep.turns[-1].finish_reason == "length") for ep in eps]),
+        }
+    )
+    return out
