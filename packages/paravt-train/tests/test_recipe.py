@@ -70,6 +70,23 @@ def test_asynchronous_rollouts_need_servers_apart_from_training_and_the_decouple
     assert isinstance(sync, RLRecipe) and sync.rollout.server.colocate
 
 
+def test_vllm_rollouts_are_synchronous_through_the_disk_and_say_so() -> None:
+    url = "rollout.server.urls=[http://127.0.0.1:8000]"
+    recipe = load_recipe("tiny_paragrpo", ["rollout.engine=vllm_server", url])
+    assert recipe.rollout.engine == "vllm_server"
+    with pytest.raises(RecipeError, match=r"vllm_server needs rollout\.server\.urls"):
+        load_recipe("tiny_paragrpo", ["rollout.engine=vllm_server"])
+    for key, value in [
+        ("rollout.max_staleness", "1"),
+        ("rollout.server.weight_sync", "distributed"),
+        ("rollout.server.colocate", "true"),
+    ]:
+        with pytest.raises(
+            RecipeError, match=rf"{key}=.* is not available with rollout\.engine=vllm_server"
+        ):
+            load_recipe("tiny_paragrpo", ["rollout.engine=vllm_server", url, f"{key}={value}"])
+
+
 def test_overrides_set_nested_keys_with_yaml_typed_values() -> None:
     r = load_recipe(
         "tiny_paragrpo", ["rollout.group_size=3", "optim.lr=5e-5", "gating.choices=[2,4]"]
