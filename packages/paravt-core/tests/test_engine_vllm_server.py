@@ -127,3 +127,26 @@ def test_a_server_returning_temperature_1_log_probs_is_refused(
             engine.check_logprobs_mode(tokens=len(raw))
     else:
         assert math.isclose(engine.check_logprobs_mode(tokens=len(raw)), 0.3, abs_tol=1e-9)
+
+
+def test_requests_in_flight_stay_within_max_in_flight(processor):
+    state = {"now": 0, "most": 0}
+    reply = ChatServer([11])
+
+    async def slow(request: httpx.Request) -> httpx.Response:
+        state["now"] += 1
+        state["most"] = max(state["most"], state["now"])
+        await asyncio.sleep(0.05)
+        state["now"] -= 1
+        return reply(request)
+
+    engine = VLLMServerEngine(
+        "http://vllm:8000",
+        processor,
+        model="m",
+        max_in_flight=2,
+        transport=httpx.MockTransport(slow),
+    )
+    trajs = [trajectory(engine) for _ in range(6)]
+    outs = asyncio.run(engine.generate(trajs, SamplingParams(max_new_tokens=1)))
+    assert len(outs) == 6 and state["most"] == 2

@@ -25,12 +25,16 @@ the new weights (1e-6) and not the old (1.3 apart). `nox -s real_server` checks 
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import weakref
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from paravt.core.engines.hf import HFChatEncoder
+from paravt.core.engines.openai import OpenAIEngine
+from paravt.core.engines.sglang_server import _as_urls
 from paravt.core.engines.weights import write_checkpoint
 from paravt.core.runtime import FinishReason, Generated, SamplingParams, Trajectory
 
@@ -179,9 +183,8 @@ class VLLMServerEngine(HFChatEncoder):
         image_format: str = "png",
         transport: Any = None,
     ) -> None:
-        from paravt.core.engines.openai import OpenAIEngine
-        from paravt.core.engines.sglang_server import _as_urls
-
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
         super().__init__(processor, eos_token_ids=eos_token_ids)
         self.urls = [u.removesuffix("/v1") for u in _as_urls(urls)]
         roots = _as_urls(weight_urls) if weight_urls is not None else self.urls
@@ -207,6 +210,12 @@ class VLLMServerEngine(HFChatEncoder):
             for u in self.urls
         }
         self._in_flight = dict.fromkeys(self.urls, 0)
+        self.max_in_flight = max_in_flight
+        # one semaphore per event loop (a semaphore binds to the loop it first waits on; the
+        # trainer runs one loop per step)
+        self._limits: weakref.WeakKeyDictionary[Any, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary()
+        )
         self.expected_weight_version: str | None = None
         self.prompt_token_mismatches = 0
 
@@ -227,19 +236,23 @@ class VLLMServerEngine(HFChatEncoder):
     async def generate(
         self, trajectories: Sequence[Trajectory], sampling: SamplingParams
     ) -> list[Generated]:
-        """Continue every trajectory once: one request each, all in flight together."""
-        import asyncio
-
+        """Continue every trajectory once: one request each, at most `max_in_flight` open from
+        this process at once."""
         return list(await asyncio.gather(*(self._one(t, sampling) for t in trajectories)))
 
     async def _one(self, trajectory: Trajectory, sampling: SamplingParams) -> Generated:
-        url = min(self.urls, key=self._in_flight.__getitem__)
-        chat = self._chat[url]
-        self._in_flight[url] += 1
-        try:
-            payload = await chat.post_body(chat.request_body(trajectory, sampling))
-        finally:
-            self._in_flight[url] -= 1
+        loop = asyncio.get_running_loop()
+        limit = self._limits.get(loop)
+        if limit is None:
+            limit = self._limits[loop] = asyncio.Semaphore(self.max_in_flight)
+        async with limit:
+            url = min(self.urls, key=self._in_flight.__getitem__)
+            chat = self._chat[url]
+            self._in_flight[url] += 1
+            try:
+                payload = await chat.post_body(chat.request_body(trajectory, sampling))
+            finally:
+                self._in_flight[url] -= 1
         theirs = payload.get("prompt_token_ids")
         if isinstance(theirs, list) and list(theirs) != list(trajectory.token_ids):
             self.prompt_token_mismatches += 1
