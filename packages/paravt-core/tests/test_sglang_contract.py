@@ -6,7 +6,9 @@
 http_server.py`, `sglang/srt/managers/io_struct.py`, `.../tokenizer_manager.py`,
 `sglang/api/v1/api_types.py`; in the repository they sit under `python/`); where a line is given
 without a version it is 0.5.23's. Older lines checked against the repository's http_server.py at
-commit 0025436 (about 0.5.4). What changed inside the range is noted where it matters to us.
+commit 0025436 (about 0.5.4). What changed inside the range is noted where it matters to us. The
+reference trained with SGLang 0.5.9, inside the range. This is a check against SGLang's source: no
+SGLang server has been run with this code (none installs on these CPUs).
 
 The tests fail when
 - the stand-in (`paravt.core.fake_sglang.ROUTES`) serves a route or method SGLang does not have,
