@@ -312,19 +312,12 @@ def _serve_slots(conn: Any, slots: int) -> None:
 
     gate = threading.Semaphore(slots)
 
-    def slotted(body: dict[str, Any]) -> float:
-        return paper_latency(body)
-
-    server = FakeChatServer(paper_reply, None, record=False)
-    inner = server.reply
-
     def reply_in_slot(body: dict[str, Any]) -> str:
         with gate:  # at most `slots` requests are worked on at once; the rest wait their turn
-            time.sleep(slotted(body))
-            return inner(body)
+            time.sleep(paper_latency(body))
+            return paper_reply(body)
 
-    server.reply = reply_in_slot
-    with server:
+    with FakeChatServer(reply_in_slot, None, record=False) as server:
         conn.send(server.base_url)
         conn.recv()
         conn.send(server.max_in_flight)

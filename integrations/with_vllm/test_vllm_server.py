@@ -241,48 +241,6 @@ def test_two_optimiser_steps_reach_the_server_through_a_reload_from_disk(vllm_se
     assert max(abs(a - b) for a, b in zip(server.prompt_logprobs(probe), start)) < 1e-3
 
 
-class _FirstTurnsScripted:
-    """Scripts every other first main turn with two crop_video calls (the tiny random model never
-    calls the tool), so groups hold rollouts with different rewards and the update moves the
-    weights; every other generation, sub-agents included, is the vLLM server's."""
-
-    CALLS = (
-        "Let me look closer.</think>"
-        '<tool_call>{"name": "crop_video", "arguments": {"start_time": 0, "end_time": 5}}'
-        "</tool_call>"
-        '<tool_call>{"name": "crop_video", "arguments": {"start_time": 5, "end_time": 10}}'
-        "</tool_call>"
-    )
-
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-        self.continuous_batching = getattr(engine, "continuous_batching", False)
-        self.first_turns = 0
-
-    def encode_prompt(self, messages: Any, *, assistant_prefix: str = "") -> Any:
-        return self.engine.encode_prompt(messages, assistant_prefix=assistant_prefix)
-
-    def encode_continuation(self, messages: Any, *, previous: Any, assistant_prefix: str = ""):
-        return self.engine.encode_continuation(
-            messages, previous=previous, assistant_prefix=assistant_prefix
-        )
-
-    async def generate(self, trajectories: Any, sampling: Any) -> list[Any]:
-        results: dict[int, Any] = {}
-        real = []
-        for i, t in enumerate(trajectories):
-            if t.role == "main" and not any(m.role == "assistant" for m in t.messages):
-                self.first_turns += 1
-                if self.first_turns % 2 == 1:
-                    results[i] = self.engine.encode_generation(self.CALLS)
-                    continue
-            real.append(i)
-        if real:
-            outs = await self.engine.generate([trajectories[i] for i in real], sampling)
-            results.update(zip(real, outs))
-        return [results[i] for i in range(len(trajectories))]
-
-
 def test_two_rl_steps_roll_out_on_the_vllm_server_and_sync_its_weights(vllm_server, tmp_path):
     """rollout.engine=vllm_server end to end: the trainer's rollouts (main agents and sub-agents,
     with frames) are sampled by the vLLM server; after each optimiser step the weights go to the
@@ -292,7 +250,7 @@ def test_two_rl_steps_roll_out_on_the_vllm_server_and_sync_its_weights(vllm_serv
     import json as _json
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "packages/paravt-train/tests"))
-    from rl_helpers import examples
+    from rl_helpers import AlternateScripted, examples
 
     from paravt.core.engines.vllm_server import VLLMServer
     from paravt.train.recipe import load_recipe
@@ -335,7 +293,7 @@ def test_two_rl_steps_roll_out_on_the_vllm_server_and_sync_its_weights(vllm_serv
 
     def wrap(engine: Any) -> Any:
         engines.append(engine)
-        return _FirstTurnsScripted(engine)
+        return AlternateScripted(engine)  # rewards differ within groups: the weights move
 
     exs, frames = examples()
     try:

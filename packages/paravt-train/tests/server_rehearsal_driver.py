@@ -8,52 +8,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 import torch
-from rl_helpers import TWO_CALLS, examples
+from rl_helpers import AlternateScripted, examples
 
 from paravt.train.recipe import load_recipe
 from paravt.train.rl import train_rl
-
-
-class AlternateScripted:
-    """Scripts every other first main turn (TWO_CALLS, in request order) so groups hold a rollout
-    that calls the tool (its sub-agents run on the server) and one that does not; forwards the
-    server engine's `continuous_batching`, so the runtime sends requests one by one."""
-
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-        self.continuous_batching = getattr(engine, "continuous_batching", False)
-        self.first_turns = 0
-
-    def encode_prompt(self, messages: Any, *, assistant_prefix: str = "") -> Any:
-        return self.engine.encode_prompt(messages, assistant_prefix=assistant_prefix)
-
-    def encode_continuation(
-        self, messages: Any, *, previous: Any, assistant_prefix: str = ""
-    ) -> Any:
-        return self.engine.encode_continuation(
-            messages, previous=previous, assistant_prefix=assistant_prefix
-        )
-
-    async def generate(self, trajectories: Any, sampling: Any) -> list[Any]:
-        results: dict[int, Any] = {}
-        real = []
-        for i, t in enumerate(trajectories):
-            if t.role == "main" and not any(m.role == "assistant" for m in t.messages):
-                self.first_turns += 1
-                if self.first_turns % 2 == 1:
-                    results[i] = self.engine.encode_generation(TWO_CALLS)
-                    continue
-            real.append(i)
-        if real:
-            outs = await self.engine.generate([trajectories[i] for i in real], sampling)
-            results.update(zip(real, outs))
-        return [results[i] for i in range(len(trajectories))]
-
 
 if __name__ == "__main__":
     torch.set_num_threads(1)

@@ -160,11 +160,13 @@ class EvalAgent:
         t0 = time.perf_counter()
         kind = _kind(sample.answer_kind)
         p, agent_config = self.protocol_for(kind)
+        duration_s: float | None
+        frames: list[Frame]
         if p.overview.channel == "video_url":  # the server decodes the video itself
             from paravt.eval.video import local_path
 
             local_path(sample.video)  # a missing video errors the sample here
-            duration_s, frames = None, list[Frame]()
+            duration_s, frames = None, []
         else:
             duration_s, frames = self.source.overview(sample.video, p.overview.num_frames)
         text = (

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from paravt.core.engines.weights import iter_buckets
 from paravt.train.optim import make_optimizer, make_scheduler
 from paravt.train.ranks import is_rank0
 from paravt.train.recipe import DistributedSpec, OptimSpec
@@ -345,19 +346,11 @@ class Backend:
         and moved to `device` (default: where they were gathered), so no more than one bucket is
         ever whole on a GPU. Collective under FSDP2 / ZeRO-3: every rank iterates to the end, in
         the same order. Names are the HF checkpoint's."""
-        bucket: list[tuple[str, torch.Tensor]] = []
-        size = 0
-        for name, tensor in self._iter_full_tensors():
-            if device is not None:
-                tensor = tensor.to(device)
-            nbytes = tensor.numel() * tensor.element_size()
-            if bucket and size + nbytes > bucket_bytes:
-                yield bucket
-                bucket, size = [], 0
-            bucket.append((name, tensor))
-            size += nbytes
-        if bucket:
-            yield bucket
+        named = (
+            (name, tensor if device is None else tensor.to(device))
+            for name, tensor in self._iter_full_tensors()
+        )
+        yield from iter_buckets(named, bucket_bytes)
 
     def _iter_full_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
         if self.spec.strategy == "fsdp2":

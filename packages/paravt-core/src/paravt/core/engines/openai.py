@@ -55,6 +55,23 @@ def image_data_url(image: Any, *, fmt: str = "png", jpeg_quality: int = 90) -> s
     return f"data:image/{fmt};base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+def served_model_name(base_url: str, *, timeout_s: float = 30.0) -> str:
+    """The first model of `GET {base_url}/models` (an OpenAI-compatible server's served name).
+    Raises `RuntimeError` naming the URL when it cannot be read."""
+    import httpx
+
+    url = base_url.rstrip("/") + "/models"
+    try:
+        reply = httpx.get(url, timeout=timeout_s)
+        reply.raise_for_status()
+        return str(reply.json()["data"][0]["id"])
+    except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+        raise RuntimeError(
+            f"cannot read the served model's name from {url} ({type(exc).__name__}: {exc}); is "
+            "the server up, and does the URL end in /v1?"
+        ) from None
+
+
 class OpenAIEngine:
     """`Engine` over `POST {base_url}/chat/completions`.
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from paravt.core.engines.hf import HFChatEncoder
-from paravt.core.engines.openai import OpenAIEngine
+from paravt.core.engines.openai import OpenAIEngine, served_model_name
 from paravt.core.engines.sglang_server import _as_urls
 from paravt.core.engines.weights import write_checkpoint
 from paravt.core.runtime import FinishReason, Generated, SamplingParams, Trajectory
@@ -122,6 +122,27 @@ class VLLMServer:
                 f"expected {version!r}"
             )
 
+    def sample(
+        self, ids: Sequence[int], *, max_tokens: int, temperature: float, seed: int = 0
+    ) -> tuple[list[int], list[float]]:
+        """Sample `max_tokens` after the token ids `ids` (`/v1/completions`): the sampled ids and
+        the log-probs the server reports for them (its `--logprobs-mode` decides which)."""
+        body = {
+            "model": self.model,
+            "prompt": list(ids),
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "seed": seed,
+        }
+        choice = self._request("POST", "/v1/completions", json=body)["choices"][0]
+        out = [int(t) for t in choice.get("token_ids") or []]
+        lps = [float(x) for x in (choice.get("logprobs") or {}).get("token_logprobs") or []]
+        if not out or len(lps) != len(out):
+            raise VLLMServerError(f"vLLM server {self.url} returned no sampled ids and log-probs")
+        return out, lps
+
     def prompt_logprobs(self, ids: Sequence[int]) -> list[float]:
         """The served log-prob of each of `ids[1:]` given the tokens before it."""
         reply = self._request(
@@ -190,7 +211,14 @@ class VLLMServerEngine(HFChatEncoder):
         roots = _as_urls(weight_urls) if weight_urls is not None else self.urls
         self.weight_urls = [u.removesuffix("/v1") for u in roots]
         self.timeout_s = timeout_s
-        self.model = model or self._served_model()
+        if model is None:
+            try:
+                model = served_model_name(self.urls[0] + "/v1")
+            except RuntimeError as exc:
+                raise VLLMServerError(
+                    f"{exc} (python -m vllm.entrypoints.openai.api_server)"
+                ) from None
+        self.model = model
         self.servers = {u: VLLMServer(u, model=self.model, timeout_s=timeout_s) for u in self.urls}
         for url in self.weight_urls:
             self.servers.setdefault(url, VLLMServer(url, model=self.model, timeout_s=timeout_s))
@@ -218,18 +246,6 @@ class VLLMServerEngine(HFChatEncoder):
         )
         self.expected_weight_version: str | None = None
         self.prompt_token_mismatches = 0
-
-    def _served_model(self) -> str:
-        import httpx
-
-        url = self.urls[0] + "/v1/models"
-        try:
-            return str(httpx.get(url, timeout=30).json()["data"][0]["id"])
-        except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
-            raise VLLMServerError(
-                f"cannot read the served model's name from {url} ({type(exc).__name__}: {exc}); "
-                "is the vLLM server up (python -m vllm.entrypoints.openai.api_server ...)?"
-            ) from None
 
     # -------------------------------------------------------------------------------- generation
 
@@ -319,22 +335,9 @@ class VLLMServerEngine(HFChatEncoder):
         ids = self.tokenizer(self.PROBE, add_special_tokens=False)["input_ids"]
         worst = 0.0
         for url in self.urls:
-            body = {
-                "model": self.model,
-                "prompt": ids,
-                "max_tokens": tokens,
-                "temperature": temperature,
-                "logprobs": 0,
-                "return_token_ids": True,
-                "seed": 0,
-            }
-            reply = self.servers[url]._request("POST", "/v1/completions", json=body)
-            choice = reply["choices"][0]
-            out = [int(t) for t in choice.get("token_ids") or []]
-            sampled = [float(x) for x in (choice.get("logprobs") or {}).get("token_logprobs") or []]
-            if not out or len(sampled) != len(out):
-                raise VLLMServerError(f"{url} returned no sampled token ids and log-probs")
-            raw = self.servers[url].prompt_logprobs([*ids, *out])[len(ids) - 1 :]
+            server = self.servers[url]
+            out, sampled = server.sample(ids, max_tokens=tokens, temperature=temperature)
+            raw = server.prompt_logprobs([*ids, *out])[len(ids) - 1 :]
             diff = max(abs(a - b) for a, b in zip(sampled, raw))
             certain = all(r > -1e-4 for r in raw)
             if diff < 1e-4 and not certain:

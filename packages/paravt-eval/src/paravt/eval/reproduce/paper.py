@@ -67,18 +67,12 @@ class Servers:
 
     def model_name(self) -> str:
         """The served model's name: the first of `GET /models` on the first server."""
-        import httpx
+        from paravt.core.engines.openai import served_model_name
 
-        url = self.base_url.split("|")[0].strip().rstrip("/") + "/models"
         try:
-            reply = httpx.get(url, timeout=30)
-            reply.raise_for_status()
-            return str(reply.json()["data"][0]["id"])
-        except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
-            raise ValueError(
-                f"--checkpoints: cannot read the served model's name from {url} "
-                f"({type(exc).__name__}: {exc}); is the server up, and does the URL end in /v1?"
-            ) from None
+            return served_model_name(self.base_url.split("|")[0].strip())
+        except RuntimeError as exc:
+            raise ValueError(f"--checkpoints: {exc}") from None
 
 
 Source = Path | Servers

@@ -260,6 +260,10 @@ def train_rl(
                     **async_metrics,
                 }
             )
+            if hasattr(policy.engine, "prompt_token_mismatches"):  # server engines, every rank
+                # prompts the server tokenized otherwise than the trainer scores (so far)
+                mismatches = float(policy.engine.prompt_token_mismatches)
+                metrics["rollout/prompt_token_mismatches"] = mismatches
             metrics = all_reduce_mean(metrics)
             no_signal.update(step, metrics["advantage/zero_groups_frac"])
             metrics["lr"] = backend.lr
