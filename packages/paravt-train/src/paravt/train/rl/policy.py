@@ -90,9 +90,11 @@ class PolicyEngine:
                 max_in_flight=spec.max_in_flight,
                 retries=spec.retries,
             )
-            vllm_engine.health()  # every rank: fail fast, naming the servers that do not answer
-            if is_rank0():
-                vllm_engine.check_logprobs_mode()  # the ratio needs the sampled distribution's
+            # every rank (no rank may go on to the weight push's collectives while another
+            # stops): fail fast naming a server that does not answer, or that returns log-probs
+            # of another distribution than the one it samples (the ratio needs the sampled one's)
+            vllm_engine.health()
+            vllm_engine.check_logprobs_mode()
             return vllm_engine
         if self.kind == "sglang_server":
             from paravt.core.engines.sglang_server import SGLangServerEngine
