@@ -182,6 +182,16 @@ def bench(session: nox.Session) -> None:
 # CPU torch for the framework venvs: where a torch 2.13.0+cpu wheel is on pip's find-links (our CI
 # machines), pip takes it; elsewhere pip installs 2.13.0 from PyPI.
 INTEGRATIONS_TORCH = "torch==2.13.0"
+INTEGRATIONS_TOOL_PATH = [
+    "torchcodec==0.16.0",
+    "torchvision==0.28.0",
+    "numpy",
+    "pillow",
+    "pyarrow",
+    "pyyaml",
+    "safetensors",
+    "tqdm",
+]
 INTEGRATIONS: dict[str, list[list[str]]] = {
     # installed as a user would: `pip install verl==0.9.1` (its full requirements install on CPU)
     "verl": [["verl==0.9.1"]],
@@ -232,6 +242,13 @@ def integrations(session: nox.Session, framework: str) -> None:
     for args in INTEGRATIONS[framework]:
         session.install(*args, INTEGRATIONS_TORCH)
     session.install("pytest>=8", "-e", "packages/paravt-core", "-e", "packages/paravt-rewards")
+    # the tool path (paravt.train.integrations: our runtime, crop tool and sub-agents inside the
+    # framework): paravt-tools and paravt-train without their pins (the frameworks pin their own
+    # transformers; torchcodec 0.16 is the build for torch 2.13), their light requirements by hand
+    session.install(
+        "--no-deps", "-e", "packages/paravt-tools", "-e", "packages/paravt-train"
+    )
+    session.install(*INTEGRATIONS_TOOL_PATH, INTEGRATIONS_TORCH)
     session.run(
         "python",
         "-c",
