@@ -12,6 +12,8 @@ from paravt.rewards import RewardBreakdown, RewardConfig, score
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "packages" / "paravt-rewards" / "README.md"
+# the tool path inside the frameworks (paravt.train.integrations) is documented with paravt-train
+TRAIN_README = ROOT / "packages" / "paravt-train" / "README.md"
 
 CALL = '<tool_call>{{"name": "crop_video", "arguments": {{"start_time": {}, "end_time": {}}}}}</tool_call>'
 
@@ -79,14 +81,15 @@ def tokenizer_dir(tmp: Path) -> Path:
     return path
 
 
-def readme_block(framework: str) -> str:
-    """The fenced code block right after `<!-- recipe: FRAMEWORK -->` in the paravt-rewards README."""
-    text = README.read_text(encoding="utf-8")
+def readme_block(framework: str, readme: Path = README) -> str:
+    """The fenced code block right after `<!-- recipe: FRAMEWORK -->` in `readme` (default: the
+    paravt-rewards README; the tool-path recipes are in TRAIN_README)."""
+    text = readme.read_text(encoding="utf-8")
     match = re.search(
         rf"<!-- recipe: {re.escape(framework)} -->\s*```[a-z]*\n(.*?)```", text, flags=re.S
     )
     if match is None:
-        raise AssertionError(f"{README} has no '<!-- recipe: {framework} -->' code block")
+        raise AssertionError(f"{readme} has no '<!-- recipe: {framework} -->' code block")
     return match.group(1)
 
 
