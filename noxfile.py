@@ -140,25 +140,54 @@ def publish(session: nox.Session) -> None:
     session.run("python", str(ROOT / "tools" / "release.py"), "publish", *session.posargs)
 
 
+def _readme_install_command(repo_url: str) -> list[str]:
+    """The paravt-rewards README's install-from-repository command, `${PARAVT_REPO}` filled in."""
+    import re
+    import shlex
+
+    readme = (ROOT / "packages" / "paravt-rewards" / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"<!-- install: from-repository[^>]*-->\s*```bash\n(.*?)```", readme, re.S)
+    if match is None:
+        raise RuntimeError("paravt-rewards/README.md has no '<!-- install: from-repository' block")
+    words = shlex.split(match.group(1).replace("${PARAVT_REPO}", repo_url))
+    if words[:2] != ["pip", "install"]:
+        raise RuntimeError(f"the README's install command is not a `pip install`: {words[:2]}")
+    return words[2:]
+
+
 @nox.session
 def install_isolated(session: nox.Session) -> None:
-    """Install only the built core + rewards wheels into a torch-free venv and run their examples.
-
-    Proves `pip install paravt-rewards` stays light: no torch, no numpy.
-    """
+    """Install core + rewards the two ways a user can today, each into a torch-free venv, and run
+    their examples: the README's command from the repository (git, no package index for our
+    packages), then the built wheels. Proves `pip install paravt-rewards` stays light."""
+    # the committed HEAD of this checkout, as a user's `git+https://...` would fetch a commit
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    routes = {
+        "from the repository (README command)": _readme_install_command(
+            f"git+file://{ROOT}@{head}"
+        ),
+        "from the built wheels": ["--find-links", str(ROOT / "dist"), *LIGHT_PACKAGES],
+    }
     _build(session, LIGHT_PACKAGES)
-    session.run("python", "-m", "pip", "uninstall", "-y", *LIGHT_PACKAGES, silent=True)
-    session.install("--find-links", str(ROOT / "dist"), *LIGHT_PACKAGES)
-    session.run(
-        "python",
-        "-c",
-        "import importlib.util as u, sys; heavy=[m for m in ('torch','numpy','transformers') "
-        "if u.find_spec(m)]; sys.exit(f'heavy packages present: {heavy}' if heavy else 0)",
-    )
-    with session.chdir(session.create_tmp()):  # import from site-packages, not the source tree
-        for pkg in LIGHT_PACKAGES:
-            for example in sorted((ROOT / "packages" / pkg / "examples").glob("*.py")):
-                session.run("python", str(example))
+    # a venv's bundled pip (23.x here) rejects `name @ git+file://...` requirements; users have a
+    # current pip, and so does this check
+    session.install("--upgrade", "pip>=24")
+    for route, args in routes.items():
+        session.log(f"install {route}: pip install {' '.join(args)}")
+        session.run("python", "-m", "pip", "uninstall", "-y", *LIGHT_PACKAGES, silent=True)
+        session.run("python", "-m", "pip", "install", "--no-cache-dir", *args)
+        session.run(
+            "python",
+            "-c",
+            "import importlib.util as u, sys; heavy=[m for m in ('torch','numpy','transformers') "
+            "if u.find_spec(m)]; sys.exit(f'heavy packages present: {heavy}' if heavy else 0)",
+        )
+        with session.chdir(session.create_tmp()):  # import from site-packages, not the source
+            for pkg in LIGHT_PACKAGES:
+                for example in sorted((ROOT / "packages" / pkg / "examples").glob("*.py")):
+                    session.run("python", str(example))
 
 
 @nox.session
