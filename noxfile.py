@@ -208,19 +208,21 @@ def bench(session: nox.Session) -> None:
 # integrations/with_<framework>/ driving that framework's own reward-calling code
 # (paravt.rewards.integrations.TESTED_VERSIONS and the README's "Tested with" must match the pins).
 # TRL (trl==1.16.0) is covered in the tests venv: packages/paravt-rewards/tests/test_trl_grpo.py.
-# CPU torch for the framework venvs: where a torch 2.13.0+cpu wheel is on pip's find-links (our CI
-# machines), pip takes it; elsewhere pip installs 2.13.0 from PyPI.
-INTEGRATIONS_TORCH = "torch==2.13.0"
-INTEGRATIONS_TOOL_PATH = [
-    "torchcodec==0.16.0",
-    "torchvision==0.28.0",
-    "numpy",
-    "pillow",
-    "pyarrow",
-    "pyyaml",
-    "safetensors",
-    "tqdm",
-]
+# torch for the framework venvs. The reward path (AReaL) needs torch only: the CPU build 2.13.0
+# (where a torch 2.13.0+cpu wheel is on pip's find-links, as on our CI machines, pip takes it;
+# elsewhere PyPI's 2.13.0). The tool path (paravt.train.integrations: our runtime, crop tool and
+# sub-agents inside verl and OpenRLHF) also needs the Qwen3-VL processor, which needs a working
+# torchvision: PyPI's torchvision 0.28.0 does not load its operators on torch 2.13.0+cpu
+# ("operator torchvision::nms does not exist", measured), so those venvs take the verified CPU_STACK.
+INTEGRATIONS_TORCH: dict[str, list[str]] = {
+    "verl": CPU_STACK,
+    "openrlhf": CPU_STACK,
+    "areal": ["torch==2.13.0"],
+}
+TOOL_PATH_FRAMEWORKS = ("verl", "openrlhf")
+# paravt-tools' and paravt-train's requirements besides torch and transformers (installed with
+# --no-deps so that each framework keeps its own transformers pin)
+INTEGRATIONS_TOOL_PATH = ["numpy", "pillow", "pyarrow", "pyyaml", "safetensors", "tqdm"]
 INTEGRATIONS: dict[str, list[list[str]]] = {
     # installed as a user would: `pip install verl==0.9.1` (its full requirements install on CPU)
     "verl": [["verl==0.9.1"]],
@@ -264,20 +266,15 @@ INTEGRATIONS: dict[str, list[list[str]]] = {
 @nox.parametrize("framework", list(INTEGRATIONS))
 def integrations(session: nox.Session, framework: str) -> None:
     """paravt-rewards inside verl, OpenRLHF and AReaL, each called by the framework's own code."""
-    # torch only (no framework reward path needs torchvision): the CPU build, ~0.7 GB in the venv
-    # where the CUDA build of CPU_STACK takes ~6 GB; it is named in every install so that no
-    # framework requirement swaps it for a CUDA build.
-    session.install(INTEGRATIONS_TORCH)
+    # torch is named in every install so that no framework requirement swaps it for another build
+    torch = INTEGRATIONS_TORCH[framework]
+    session.install(*torch)
     for args in INTEGRATIONS[framework]:
-        session.install(*args, INTEGRATIONS_TORCH)
+        session.install(*args, *torch)
     session.install("pytest>=8", "-e", "packages/paravt-core", "-e", "packages/paravt-rewards")
-    # the tool path (paravt.train.integrations: our runtime, crop tool and sub-agents inside the
-    # framework): paravt-tools and paravt-train without their pins (the frameworks pin their own
-    # transformers; torchcodec 0.16 is the build for torch 2.13), their light requirements by hand
-    session.install(
-        "--no-deps", "-e", "packages/paravt-tools", "-e", "packages/paravt-train"
-    )
-    session.install(*INTEGRATIONS_TOOL_PATH, INTEGRATIONS_TORCH)
+    if framework in TOOL_PATH_FRAMEWORKS:
+        session.install("--no-deps", "-e", "packages/paravt-tools", "-e", "packages/paravt-train")
+        session.install(*INTEGRATIONS_TOOL_PATH, *torch)
     session.run(
         "python",
         "-c",

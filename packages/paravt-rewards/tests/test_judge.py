@@ -98,3 +98,34 @@ def test_score_uses_the_judge_verdict_when_it_answers(tmp_path: Path) -> None:
 def test_llm_mode_without_a_judge_config_is_flagged() -> None:
     r = score("<answer>crimson</answer>", "red", "oe", RewardConfig(default_accuracy="llm"))
     assert r.judge == "unavailable" and "judge_not_configured" in r.flags
+
+
+def test_a_slow_judge_stops_at_its_deadline_and_is_unavailable(tmp_path: Path) -> None:
+    """A judge that keeps failing slowly gives up at `deadline_s` (all attempts and back-offs
+    together), reports the budget, and each request gets at most the time left."""
+    import time
+
+    seen: list[dict[str, object]] = []
+    timeouts: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        timeouts.append(float(request.extensions["timeout"]["read"]))
+        time.sleep(0.2)
+        return httpx.Response(503)
+
+    cfg = JudgeConfig(
+        base_url="http://judge.local/v1",
+        model="judge-1",
+        api_key_env=None,
+        timeout_s=30.0,
+        max_retries=10,
+        backoff_s=0.1,
+        deadline_s=0.5,
+    )
+    judge = LLMJudge(cfg, transport=httpx.MockTransport(handler))
+    t0 = time.monotonic()
+    result = judge.judge("q", "a", "b")
+    assert result.outcome == "unavailable" and "0.5 s budget" in (result.error or "")
+    assert time.monotonic() - t0 < 1.0 and 1 <= len(seen) < 11
+    assert max(timeouts) <= 0.5 and timeouts == sorted(timeouts, reverse=True)

@@ -62,8 +62,13 @@ def test_a_framework_callback_runs_the_whole_episode(video: str, processor: Any)
 
     engine = CallbackEngine(processor, generate_fn)
     row = RowTask.from_row(
-        {"video": video, "question": "Which colour?", "answer": "B", "question_type": "mcq",
-         "options": ["A. red", "B. green"]}
+        {
+            "video": video,
+            "question": "Which colour?",
+            "answer": "B",
+            "question_type": "mcq",
+            "options": ["A. red", "B. green"],
+        }
     )
     config = AgentConfig(max_turns=3, max_parallel=2)
     episode = asyncio.run(run_paravt_episode(row, engine, overview_frames=4, config=config))
@@ -88,6 +93,7 @@ def test_a_framework_callback_runs_the_whole_episode(video: str, processor: Any)
 def test_a_row_without_its_video_is_named() -> None:
     with pytest.raises(KeyError, match="video"):
         RowTask.from_row({"question": "q", "answer": "A"})
-    row = RowTask.from_row({"extra_info": {"video": "v.mp4", "question": "q", "answer": "x",
-                                           "question_type": "tvg"}})
+    row = RowTask.from_row(
+        {"extra_info": {"video": "v.mp4", "question": "q", "answer": "x", "question_type": "tvg"}}
+    )
     assert row.answer_kind == "grounding"

@@ -29,6 +29,13 @@ class JudgeConfig(BaseModel):
     timeout_s: float = Field(30.0, gt=0, description="Time limit of one HTTP request.")
     max_retries: int = Field(2, ge=0, le=10, description="Retries after a failed request.")
     backoff_s: float = Field(0.5, ge=0, description="First retry delay; doubles each retry.")
+    deadline_s: float | None = Field(
+        None,
+        gt=0,
+        description="Time budget of one verdict over all its attempts and back-offs; past it the "
+        "outcome is 'unavailable' (graded by token F1, flagged). None: no budget beyond "
+        "timeout_s per attempt. Set it below a framework's own reward timeout (AReaL: 15 s).",
+    )
     cache_dir: str | None = Field(
         None, description="Directory of the on-disk verdict cache; None disables the cache."
     )

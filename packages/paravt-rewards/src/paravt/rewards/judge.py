@@ -117,9 +117,23 @@ class LLMJudge:
             self.stats["cached"] += 1
             return JudgeResult(cached, "cached")
         error = "no attempt made"
+        budget = self.config.deadline_s
+        deadline = None if budget is None else time.monotonic() + budget
         for attempt in range(self.config.max_retries + 1):
             if attempt:
-                time.sleep(self.config.backoff_s * 2 ** (attempt - 1))
+                pause = self.config.backoff_s * 2 ** (attempt - 1)
+                if deadline is not None:
+                    pause = min(pause, max(0.0, deadline - time.monotonic()))
+                time.sleep(pause)
+            timeout = self.config.timeout_s
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    error = (
+                        f"no verdict within the judge's {budget:g} s budget (deadline_s); {error}"
+                    )
+                    break
+                timeout = min(timeout, left)
             try:
                 response = self._http().post(
                     "/chat/completions",
@@ -129,6 +143,7 @@ class LLMJudge:
                         "temperature": 0.0,
                         "max_tokens": 8,
                     },
+                    timeout=timeout,
                 )
                 if response.status_code >= 400:
                     error = f"HTTP {response.status_code} from {self.config.base_url}"
