@@ -18,3 +18,8 @@ class SamplingParams:
     logprobs: int | None = None
     temperature: float = 1.0
     extra: dict[str, Any] | None = None
+    # what `SamplesGenerator._dispatch_prompts_to_vllm` sets too (samples_generator.py 199-207)
+    top_p: float = 1.0
+    top_k: int = -1
+    min_tokens: int = 0
+    skip_special_tokens: bool = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import warnings
@@ -101,14 +102,67 @@ def _message_text(content: Any) -> str:
     return ""
 
 
-def split_completion(completion: Any) -> Completion:
+def _call_text(call: Any) -> str:
+    """One parsed tool call back as the model wrote it: `<tool_call>{"name", "arguments"}</tool_call>`.
+
+    TRL's parser gives `{"type": "function", "function": {"name", "arguments"}}` (the flat
+    `{"name", "arguments"}` form is read too); `arguments` is a dict, or a JSON string as in the
+    OpenAI format. A string that is not JSON stays a string, so our parser reports the call as
+    invalid, as it would in the raw text."""
+    if not isinstance(call, Mapping):
+        return f"<tool_call>{call}</tool_call>"
+    function = call.get("function")
+    body = function if isinstance(function, Mapping) else call
+    arguments = body.get("arguments")
+    if isinstance(arguments, str) and len(arguments) < MAX_FIELD_CHARS:
+        with contextlib.suppress(ValueError):
+            arguments = json.loads(arguments)
+    payload = {"name": body.get("name"), "arguments": {} if arguments is None else arguments}
+    return f"<tool_call>{json.dumps(payload, ensure_ascii=False, default=str)}</tool_call>"
+
+
+def _assistant_text(message: Mapping[str, Any], *, cut: bool = False) -> str:
+    """An assistant message back as the model's own text.
+
+    A chat parser (TRL's `parse_response` with the tokenizer's response template, vLLM's reasoning
+    and tool parsers) takes the text apart: `<think>` into `reasoning_content` (or `reasoning`),
+    `<tool_call>` blocks into `tool_calls`, the rest into `content`. It is put back in the order a
+    Qwen3 turn is written and rendered: `<think>reasoning</think>`, the content, one
+    `<tool_call>` per call. A message with only `content` is its content, unchanged. `cut`: the
+    generation stopped at the length limit; a turn holding only reasoning was cut inside
+    `<think>`, so the block stays open (the parser cannot say whether `</think>` was written).
+    """
+    content = _message_text(message.get("content"))
+    reasoning = message.get("reasoning_content")
+    if reasoning is None:
+        reasoning = message.get("reasoning")
+    calls = message.get("tool_calls")
+    if reasoning is None and not calls:
+        return content
+    parts = []
+    if isinstance(reasoning, str):
+        open_think = cut and not content and not calls
+        parts.append(f"<think>{reasoning}" if open_think else f"<think>{reasoning}</think>")
+    if content:
+        parts.append(content)
+    if isinstance(calls, Sequence) and not isinstance(calls, str):
+        parts.extend(_call_text(call) for call in calls)
+    return "\n".join(parts)
+
+
+def split_completion(completion: Any, *, truncated: bool = False) -> Completion:
     """The model's own text of a completion, and the count of environment tool responses.
 
     A completion is a string, or chat messages (`[{"role", "content"}, ...]`, content a string or
     a list of `{"type": "text", "text": ...}` parts). From messages, the assistant turns are
     joined with newlines (the transcript the model wrote) and `tool`-role messages are counted,
     not copied: the environment wrote them, so they are never graded as the answer nor parsed as
-    model-written tags (TRL's tool-calling loop hands reward functions such completions).
+    model-written tags. An assistant turn that a chat parser took apart (TRL's tool mode:
+    `reasoning_content`, `content`, `tool_calls`) is put back together as the model wrote it,
+    `<think>reasoning</think>`, content, `<tool_call>{"name", "arguments"}</tool_call>` per call
+    (`_assistant_text`), so it scores as the raw completion text does. `truncated=True` (the
+    completion ended at the length limit, not at an end-of-turn token) leaves the last turn's
+    `<think>` open when that turn holds nothing else, as it was in the raw text.
     """
     if isinstance(completion, str):
         return Completion(completion)
@@ -118,13 +172,14 @@ def split_completion(completion: Any) -> Completion:
         return Completion("" if completion is None else str(completion))
     parts: list[str] = []
     tool_messages = 0
-    for message in completion:
+    last = len(completion) - 1
+    for k, message in enumerate(completion):
         if not isinstance(message, Mapping):
             parts.append(str(message))
         elif message.get("role") == "tool":
             tool_messages += 1
         elif message.get("role") in (None, "assistant"):
-            parts.append(_message_text(message.get("content")))
+            parts.append(_assistant_text(message, cut=truncated and k == last))
     return Completion("\n".join(parts), tool_messages)
 
 

@@ -19,7 +19,14 @@ from typing import Any
 from paravt.core.agent_config import AgentConfig, SamplingParams
 from paravt.core.engines.hf import HFChatEncoder
 from paravt.core.prompts import build_main_prompt
-from paravt.core.runtime import AgentTask, Episode, Generated, Trajectory, run_episodes
+from paravt.core.runtime import (
+    AgentTask,
+    Episode,
+    FinishReason,
+    Generated,
+    Trajectory,
+    run_episodes,
+)
 from paravt.rewards import RewardBreakdown, RewardConfig, score_episode
 from paravt.tools.crop import VideoReader, default_reader
 
@@ -60,7 +67,7 @@ class CallbackEngine(HFChatEncoder):
                     f"generate_fn returned {len(ids)} token ids but {len(logprobs)} log-probs"
                 )
             logprobs = [float(x) for x in logprobs[: len(ids)]]
-        finish = "stop" if ids and ids[-1] in self.eos_token_ids else "length"
+        finish: FinishReason = "stop" if ids and ids[-1] in self.eos_token_ids else "length"
         return Generated(self.decode(ids), ids, logprobs, finish)
 
     async def generate(
