@@ -224,8 +224,10 @@ TOOL_PATH_FRAMEWORKS = ("verl", "openrlhf")
 # --no-deps so that each framework keeps its own transformers pin)
 INTEGRATIONS_TOOL_PATH = ["numpy", "pillow", "pyarrow", "pyyaml", "safetensors", "tqdm"]
 INTEGRATIONS: dict[str, list[list[str]]] = {
-    # installed as a user would: `pip install verl==0.9.1` (its full requirements install on CPU)
-    "verl": [["verl==0.9.1"]],
+    # installed as a user would: `pip install verl==0.9.1` (its full requirements install on CPU);
+    # its agent loops (the tool path) import cachetools, fastapi and uvicorn, and the v1 trainer
+    # (trainer.use_v1, its default) transfer_queue: verl lists them only under its `verl-core` extra
+    "verl": [["verl==0.9.1"], ["TransferQueue==0.1.11", "cachetools", "fastapi", "uvicorn"]],
     # --no-deps: its requirements pin flash-attn==2.8.3 (a CUDA build), deepspeed and
     # bitsandbytes; its reward path (utils/agent.py, the executors, samples_generator, Experience,
     # the CLI parser) imports only these, plus vLLM (GPU-only; integrations/with_openrlhf/vllm_stub)

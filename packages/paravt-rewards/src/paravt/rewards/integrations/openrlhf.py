@@ -114,7 +114,7 @@ def make_openrlhf_agent_executor(
     without special tokens), with `reward` = total, `scores` = accuracy and `extra_logs` = the
     components, as floats. Needs openrlhf installed.
     """
-    from openrlhf.utils.agent import SingleTurnAgentExecutor  # type: ignore[import-not-found]
+    from openrlhf.utils.agent import SingleTurnAgentExecutor
 
     check_framework_version("openrlhf")
     cfg = resolve_config(config)

@@ -195,7 +195,7 @@ def make_openrlhf_paravt_agent(
     most frames one prompt holds, so that OpenRLHF collapses each image's pad tokens before vLLM
     (`vllm_engine.py` lines 155-161 and 228-236).
     """
-    from openrlhf.utils.agent import AgentExecutorBase  # type: ignore[import-not-found]
+    from openrlhf.utils.agent import AgentExecutorBase
 
     check_framework_version("openrlhf")
     agent_config = (
