@@ -202,6 +202,7 @@ def run_demo(
     temperature: float = 0.7,
 ) -> Episode:
     """Build (or reuse) the tiny model, run one two-turn episode, write `out/episode.json`."""
+    # lazy: the demo needs the optional extra paravt-core[hf] (torch, transformers)
     from paravt.core.engines.hf import HFEngine
     from paravt.core.engines.scripted import ScriptedTurns
     from paravt.core.prompts import build_main_prompt
@@ -318,6 +319,7 @@ def _run(args: argparse.Namespace) -> int:
             print_episode(episode)
             print(f"wrote {args.out / 'episode.json'}")
         elif args.command == "build-tiny":
+            # lazy: the optional extra paravt-core[hf] (torch, transformers)
             from paravt.core.tiny import build_tiny_qwen3vl
 
             print(f"wrote {build_tiny_qwen3vl(args.out, seed=args.seed)}")

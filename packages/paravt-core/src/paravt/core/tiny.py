@@ -25,6 +25,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from paravt.core.prompts import FINAL_ANSWER_NOTE, PROMPT_MODES, system_prompt
+
 # Bump when the files this module writes change, so caches rebuild.
 FORMAT_VERSION = 1
 MARKER_FILE = "paravt_tiny.json"
@@ -116,7 +118,6 @@ class TinyQwen3VLConfig(BaseModel):
 
 def _synthetic_corpus(rng: random.Random, lines: int) -> list[str]:
     """Text in the shape of ParaVT conversations: prompts, timestamps, tool calls, answers."""
-    from paravt.core.prompts import FINAL_ANSWER_NOTE, PROMPT_MODES, system_prompt
 
     fixed = [system_prompt(mode) for mode in PROMPT_MODES]
     fixed.append(system_prompt("agentic_general", include_video_path=True))

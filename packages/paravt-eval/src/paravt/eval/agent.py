@@ -31,8 +31,11 @@ from paravt.core import (
     run_episodes,
 )
 from paravt.core.agent_protocol import ANSWER_KINDS, AnswerKind
+from paravt.core.engines import HFEngine, OpenAIEngine
 from paravt.eval.config import EvalConfig
+from paravt.eval.paper_video import PaperVideoSource
 from paravt.eval.traces import SampleTrace, trace_from_episode
+from paravt.eval.video import ToolsVideoSource, local_path
 
 
 @dataclass
@@ -60,8 +63,6 @@ def build_engine(
     and request body as the protocol's transport says; the driver's timeout and retries)."""
     protocol = protocol or config.resolved_protocol()
     if config.pretrained:
-        from paravt.core.engines import HFEngine
-
         dtype_name = config.torch_dtype()
         dtype = None
         if dtype_name is not None:
@@ -71,7 +72,6 @@ def build_engine(
         return HFEngine(
             str(Path(config.pretrained).expanduser()), device=config.device, dtype=dtype
         )
-    from paravt.core.engines import OpenAIEngine
 
     t = protocol.transport
     return OpenAIEngine(
@@ -163,8 +163,6 @@ class EvalAgent:
         duration_s: float | None
         frames: list[Frame]
         if p.overview.channel == "video_url":  # the server decodes the video itself
-            from paravt.eval.video import local_path
-
             local_path(sample.video)  # a missing video errors the sample here
             duration_s, frames = None, []
         else:
@@ -307,10 +305,7 @@ def default_source(config: EvalConfig, protocol: AgentProtocol) -> VideoSource:
     """Frames as the protocol samples them: qwen-vl-utils 0.0.14 for the paper's, else
     paravt-tools' reader and crop_video tool."""
     if protocol.overview.sampling == "qwen_vl_utils_0.0.14":
-        from paravt.eval.paper_video import PaperVideoSource
-
         return PaperVideoSource(protocol)
-    from paravt.eval.video import ToolsVideoSource
 
     crop = protocol.crop  # the config's max_pixels / max_crop_frames are folded in already
     return ToolsVideoSource(

@@ -21,6 +21,7 @@ from paravt.eval.config import DRIVER_TIMEOUT_S
 def _model_path(value: str) -> str:
     """`tiny` means the seeded tiny Qwen3-VL (built offline and cached the first time)."""
     if value == "tiny":
+        # lazy: builds with transformers only when `tiny` is asked for
         from paravt.core.tiny import cached_tiny_qwen3vl
 
         return str(cached_tiny_qwen3vl(seed=0))
@@ -102,6 +103,7 @@ def _protocol(args: argparse.Namespace) -> dict[str, object]:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
+    # lazy: loaded when this subcommand runs (`--help` stays fast)
     from paravt.eval.agent import EvalAgent, VideoQuestion
     from paravt.eval.config import parse_eval_config
 
@@ -132,6 +134,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         out = {"protocol": line, **trace.to_json()}
         print(json.dumps(out, indent=2, ensure_ascii=False, default=str))
     else:
+        # lazy: loaded when this subcommand runs (`--help` stays fast)
         from paravt.eval.render import render_trace
 
         render_trace(trace, model=config.model_name)
@@ -139,6 +142,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
+    # lazy: loaded when this subcommand runs (`--help` stays fast)
     from paravt.eval.paper_tasks import paper_task_dir
     from paravt.eval.synth_tasks import synth_documents, write_synth_tasks
 
@@ -158,6 +162,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
+    # lazy: loaded when this subcommand runs (`--help` stays fast)
     from paravt.eval.reproduce import ReproduceConfig, run_reproduce
 
     fields: dict[str, object] = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from paravt.core import Frame, Toolbox
+from paravt.tools.crop import CropConfig, VideoReader, default_reader
 
 
 def local_path(video: str) -> str:
@@ -36,7 +37,6 @@ class ToolsVideoSource:
         fps: float | None = None,
         min_pixels: int | None = None,
     ) -> None:
-        from paravt.tools.crop import CropConfig, VideoReader, default_reader
 
         base = CropConfig()
         wanted = CropConfig(

@@ -9,9 +9,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from paravt.core.cli_style import add_debug, run_command, style
+from paravt.core.protocol import CropVideoArgs
 
 
 def _synth(args: argparse.Namespace) -> int:
+    # lazy: loaded when this subcommand runs (`--help` stays fast)
     from paravt.tools.synth import SynthConfig, generate
 
     config = SynthConfig(
@@ -35,6 +37,7 @@ def _synth(args: argparse.Namespace) -> int:
 def _probe(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
+    # lazy: loaded when this subcommand runs (`--help` stays fast)
     from paravt.tools.video import probe
 
     print(json.dumps(asdict(probe(args.video)), indent=2))
@@ -44,7 +47,7 @@ def _probe(args: argparse.Namespace) -> int:
 def _crop(args: argparse.Namespace) -> int:
     from PIL import Image
 
-    from paravt.core.protocol import CropVideoArgs
+    # lazy: loaded when this subcommand runs (`--help` stays fast)
     from paravt.tools.crop import CropConfig, VideoReader
 
     reader = VideoReader(CropConfig(min_pixels=args.min_pixels, max_pixels=args.max_pixels))
@@ -113,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `paravt-tools` console script."""
     from pydantic import ValidationError
 
+    # lazy: loaded when this subcommand runs (`--help` stays fast)
     from paravt.tools.video import VideoError
 
     args = build_parser().parse_args(argv)

@@ -50,7 +50,8 @@ from paravt.core.prompts import (
     system_prompt,
     tool_response_message,
 )
-from paravt.core.protocol import CROP_VIDEO, Message, ToolOutput
+from paravt.core.protocol import CROP_VIDEO, CropVideoArgs, Message, ToolOutput
+from paravt.tools.crop import default_reader
 from paravt.tools.sampling import crop_sample, overview_sample
 
 if TYPE_CHECKING:
@@ -676,7 +677,6 @@ def sft_conversation(
 ) -> list[Message]:
     """The SFT row as core `Message`s with real frames: the prompt is rebuilt with
     `build_main_prompt` / `build_subagent_prompt` (frames decoded by `reader`), then the trace."""
-    from paravt.tools.crop import default_reader
 
     reader = reader or default_reader()
     extra = json.loads(row["extra_info"])
@@ -692,7 +692,6 @@ def sft_conversation(
             duration_s=float(spec["end_s"]),
         )
         return [*prompt, *(Message(m["role"], m["content"]) for m in messages[2:])]
-    from paravt.core.protocol import CropVideoArgs
 
     call = CropVideoArgs(
         start_time=spec["start_s"], end_time=spec["end_s"], num_frames=int(spec["num_frames"])

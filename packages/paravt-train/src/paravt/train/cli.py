@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 from paravt.core.cli_style import one_line, style
+from paravt.train.doctor import add_parser as add_doctor_parser
+from paravt.train.doctor import run as run_doctor
 from paravt.train.recipe import RECIPE_NAMES, RecipeError, load_recipe, recipe_help
 
 _EPILOG_RECIPE = (
@@ -102,8 +104,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sft-steps", type=int, default=None, help="override tiny_sft max_steps")
     p.add_argument("--rl-steps", type=int, default=None, help="override tiny_paragrpo max_steps")
 
-    from paravt.train.doctor import add_parser as add_doctor_parser
-
     add_doctor_parser(sub)
     parser.add_argument("--debug", action="store_true", help="show full tracebacks of errors")
     for sub_parser in sub.choices.values():  # also after the subcommand: `doctor --debug`
@@ -134,10 +134,12 @@ def _train(args: argparse.Namespace, stage: str) -> int:
         print(f"paravt-train {stage}: {exc}", file=sys.stderr)
         return 2
     if stage == "sft":
+        # lazy: loaded when this subcommand runs (`--help` stays fast)
         from paravt.train.sft import train_sft
 
         train_sft(recipe, resume=args.resume)  # type: ignore[arg-type]
     else:
+        # lazy: loaded when this subcommand runs (`--help` stays fast)
         from paravt.train.rl import train_rl
 
         train_rl(recipe, resume=args.resume)  # type: ignore[arg-type]
@@ -154,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if args.debug:
             raise
+        # lazy: loaded when this subcommand runs (`--help` stays fast)
         from paravt.train.data import ParaVTDataError
 
         where = f"paravt-train {args.command}"
@@ -174,6 +177,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command in ("sft", "rl"):
         return _train(args, args.command)
     if args.command == "materialize":
+        # lazy: loaded when this subcommand runs (`--help` stays fast)
         from paravt.train.data import ParaVTDataError, materialize_dir
 
         try:
@@ -186,16 +190,16 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{name}: {status}")
         return 0
     if args.command == "plot":
+        # lazy: loaded when this subcommand runs (`--help` stays fast)
         from paravt.train.plot import plot_runs
 
         out = plot_runs(args.runs, args.out)
         print(f"wrote {out}")
         return 0
     if args.command == "doctor":
-        from paravt.train.doctor import run as run_doctor
-
         return run_doctor(args.server, args.recipe, args.overrides)  # RecipeError: above, exit 2
     if args.command == "smoke":
+        # lazy: loaded when this subcommand runs (`--help` stays fast)
         from paravt.train.smoke import run_smoke
 
         run_smoke(args.out, sft_steps=args.sft_steps, rl_steps=args.rl_steps)

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from paravt.train.recipe import RLRecipe, load_recipe
+
 if TYPE_CHECKING:
     from paravt.train.recipe import RLRecipe, SFTRecipe
 
@@ -303,13 +305,11 @@ def check_servers(urls: Sequence[str], timeout_s: float = 5.0) -> list[Finding]:
 
 def recipe_urls(name: str, overrides: Sequence[str]) -> list[str]:
     """The rollout server URLs of a recipe (empty for the hf engine)."""
-    from paravt.train.recipe import load_recipe
 
     return _server_urls(load_recipe(name, list(overrides)))
 
 
 def _server_urls(recipe: SFTRecipe | RLRecipe) -> list[str]:
-    from paravt.train.recipe import RLRecipe
 
     if not isinstance(recipe, RLRecipe) or recipe.rollout.engine != "sglang_server":
         return []
@@ -324,8 +324,6 @@ def run(
     `RecipeError`."""
     urls = list(servers)
     if recipe:
-        from paravt.train.recipe import load_recipe
-
         loaded = load_recipe(recipe, list(overrides))
         findings = check_stack(gpu_needs(loaded), recipe) + check_paths(loaded)
         urls += _server_urls(loaded)

@@ -12,6 +12,8 @@ from typing import Any
 
 from paravt.core.prompts import render_frames
 from paravt.core.protocol import CropVideoArgs, Frame, ImagePart, Message, Part, TextPart
+from paravt.tools.crop import CropConfig, VideoReader
+from paravt.tools.synth import SynthConfig, generate
 from paravt.train.data import VIDEO_PLACEHOLDER
 from paravt.train.ranks import barrier, is_rank0
 from paravt.train.recipe import DataSpec, VideoSpec
@@ -23,7 +25,6 @@ class FrameSource:
     """Overview frames and crop_video toolboxes of a sample's own video (paravt-tools)."""
 
     def __init__(self, video: VideoSpec) -> None:
-        from paravt.tools.crop import CropConfig, VideoReader
 
         self.spec = video
         self._warned_crop = False
@@ -147,8 +148,6 @@ def ensure_synth(data: DataSpec) -> None:
     if data.synth is None or all(Path(p).exists() for p in data.parquet):
         return
     if is_rank0():
-        from paravt.tools.synth import SynthConfig, generate
-
         s = data.synth
         crops = {} if s.crop_max_frames is None else {"crop_max_frames": s.crop_max_frames}
         config = SynthConfig(

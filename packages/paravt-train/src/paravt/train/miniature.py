@@ -30,7 +30,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import paravt.train.rl.learner as learner  # sabotaged(): where the update finds its loss
+from paravt.core.engines.hf import HFEngine
+from paravt.train.frames import FrameSource, ensure_synth
+from paravt.train.modeling import load_model_and_processor, pick_device
 from paravt.train.recipe import DataSpec, RLRecipe, SFTRecipe, load_recipe
+from paravt.train.rl import (
+    build_gate,
+    build_reward_config,
+    episode_metrics,
+    load_rl_examples,
+    rollout,
+    score_rollouts,
+    train_rl,
+)
+from paravt.train.sft import train_sft
 
 SFT_VIDEOS = 96  # videos with teacher traces (one trace set per overview budget)
 RL_VIDEOS = 32  # RL prompts come from other videos than the SFT traces
@@ -162,7 +176,6 @@ def make_task_data(
     seed_offset: int = 0,
 ) -> TaskData:
     """Generate (or reuse) the task's videos and rows under `root`; returns where they are."""
-    from paravt.train.frames import ensure_synth
 
     def synth(where: Path, **update: Any) -> None:
         spec = load_recipe(
@@ -287,16 +300,6 @@ def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
 def evaluate_held_out(model: Path, recipe: RLRecipe, examples: Sequence[Any]) -> Evaluation:
     """`paravt.train.rl`'s rollout and scoring of `model` on `examples` (the recipe's temperature,
     gate and group size; fixed seed), kept per prompt for standard errors and paired differences."""
-    from paravt.core.engines.hf import HFEngine
-    from paravt.train.frames import FrameSource
-    from paravt.train.modeling import load_model_and_processor, pick_device
-    from paravt.train.rl import (
-        build_gate,
-        build_reward_config,
-        episode_metrics,
-        rollout,
-        score_rollouts,
-    )
 
     device = pick_device(recipe.distributed.device)
     net, processor = load_model_and_processor(recipe.model, device, path=model)
@@ -345,8 +348,6 @@ class ColdStart:
 
 def cold_start(root: Path, model: Path, *, seed: int) -> ColdStart:
     """Task data for `seed` (synth seeds offset by it), the SFT policy, its held-out scores."""
-    from paravt.train.rl import load_rl_examples
-    from paravt.train.sft import train_sft
 
     data = make_task_data(root, seed_offset=seed)
     sft = sft_recipe(root / "sft", model, data, seed=seed, extra=["logging.progress=false"])
@@ -368,8 +369,6 @@ def sabotaged(kind: str) -> Iterator[None]:
     `sign`: the policy-gradient sign flipped (advantages negated inside the PPO loss).
     `mask`: the loss mask inverted (prompt and tool-response tokens trained, sampled ones not).
     `""`: no sabotage."""
-    import paravt.train.rl.learner as learner  # where the update looks up its loss and batches
-
     if kind not in ("", *SABOTAGES):
         raise ValueError(f"unknown sabotage {kind!r}: use one of {SABOTAGES} or ''")
     real_loss, real_collate = learner.ppo_loss, learner.collate
@@ -404,7 +403,6 @@ def rl_from_cold_start(
     """One RL run from `cold`'s SFT policy; the held-out evaluation after `steps` and after each
     step in `eval_at` (read from the run's checkpoints; the schedule is constant, so step 16 of a
     32-step run is the 16-step run)."""
-    from paravt.train.rl import train_rl
 
     every = math.gcd(*eval_at) if eval_at else 0
     if any(s > steps for s in eval_at):

@@ -17,6 +17,9 @@ from typing import Any
 
 import torch
 
+from paravt.core.prompts import render_frames
+from paravt.core.protocol import Frame, Message, TextPart
+from paravt.core.tiny import build_tiny_qwen3vl
 from paravt.train.distributed import all_reduce_max_int
 from paravt.train.ranks import barrier, is_rank0
 from paravt.train.recipe import ModelSpec
@@ -47,8 +50,6 @@ def ensure_model(spec: ModelSpec) -> Path | str:
     path = Path(spec.path)
     if spec.build_tiny and not (path / "config.json").is_file():
         if is_rank0():
-            from paravt.core.tiny import build_tiny_qwen3vl
-
             log.info("building the tiny Qwen3-VL at %s (seed %d)", path, spec.tiny_seed)
             build_tiny_qwen3vl(path, seed=spec.tiny_seed)
         barrier()
@@ -278,9 +279,6 @@ def filler_sequence(encoder: Any) -> Sequence_:
     """A short sequence with one small image and no trained token: the content of padding
     micro-batches and of micro-batches that carry no image (see `balance_micro_batches`)."""
     import numpy as np
-
-    from paravt.core.prompts import render_frames
-    from paravt.core.protocol import Frame, Message, TextPart
 
     frame = Frame(np.zeros((32, 32, 3), dtype=np.uint8), 0.0)
     encoded = encoder.encode_prompt([Message("user", [*render_frames([frame]), TextPart(".")])])

@@ -20,6 +20,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from paravt.rewards import RewardConfig
+
 RECIPE_NAMES = (
     "tiny_sft",
     "tiny_paragrpo",
@@ -447,7 +449,6 @@ class RewardSpec(_Strict):
 
     def build(self) -> Any:
         """The `paravt.rewards.RewardConfig` this section describes (validated by rewards)."""
-        from paravt.rewards import RewardConfig
 
         base = RewardConfig.paragrpo() if self.preset == "paragrpo" else RewardConfig.vanilla()
         if not self.overrides:

@@ -19,12 +19,17 @@ from typing import Any
 
 import torch
 
+from paravt.core.engines.hf import HFChatEncoder, HFEngine
 from paravt.core.protocol import Message
-from paravt.train.distributed import Backend, all_reduce_mean
+from paravt.train.data import read_sft_rows
+from paravt.train.distributed import Backend, all_reduce_mean, all_reduce_sum
+from paravt.train.frames import FrameSource, ensure_synth
 from paravt.train.metrics import RowOrder
 from paravt.train.modeling import (
     Sequence_,
+    balance_micro_batches,
     collate,
+    filler_sequence,
     token_logprobs,
 )
 from paravt.train.recipe import SFTRecipe
@@ -95,15 +100,12 @@ def sft_loss(
 
 def example_messages_factory(recipe: SFTRecipe) -> Callable[[Any], list[Message]]:
     """How an `SFTExample` becomes core messages with frames (decoded by paravt-tools)."""
-    from paravt.train.frames import FrameSource
 
     source = FrameSource(recipe.video)
     return source.messages_of
 
 
 def _load_examples(recipe: SFTRecipe) -> list[Any]:
-    from paravt.train.data import read_sft_rows
-    from paravt.train.frames import ensure_synth
 
     ensure_synth(recipe.data)
     examples, report = read_sft_rows(
@@ -195,9 +197,6 @@ def train_sft(
     loss is normalised by the supervised-token count of the whole step over all ranks, so the
     gradient equals that of one process training on all the step's rows.
     """
-    from paravt.core.engines.hf import HFChatEncoder, HFEngine
-    from paravt.train.distributed import all_reduce_sum
-    from paravt.train.modeling import balance_micro_batches, filler_sequence
 
     run = start_run(recipe, resume=resume)
     logger = run.resume()

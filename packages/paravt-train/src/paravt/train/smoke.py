@@ -28,7 +28,10 @@ from paravt.train.miniature import (
     rl_recipe,
     sft_recipe,
 )
+from paravt.train.modeling import ensure_model
 from paravt.train.plot import plot_runs
+from paravt.train.rl import load_rl_examples, train_rl
+from paravt.train.sft import train_sft
 
 log = logging.getLogger("paravt.train")
 
@@ -48,9 +51,6 @@ def run_smoke(out: Path, *, sft_steps: int | None = None, rl_steps: int | None =
     RL saw) x `group_size` rollouts at the rollout temperature; the summary gives each score's mean
     and standard error over prompts, and the RL - SFT difference paired by prompt.
     """
-    from paravt.train.modeling import ensure_model
-    from paravt.train.rl import load_rl_examples, train_rl
-    from paravt.train.sft import train_sft
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     t0 = time.perf_counter()

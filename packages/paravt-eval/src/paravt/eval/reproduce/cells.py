@@ -21,8 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from paravt.core.agent_protocol import PROTOCOL_FILE
+from paravt.eval.agent import EvalAgent, VideoQuestion
+from paravt.eval.config import EvalConfig
+from paravt.eval.metrics import open_ended_score
 from paravt.eval.reproduce.config import ReproduceConfig
 from paravt.eval.reproduce.progress import log
+from paravt.eval.synth_tasks import synth_documents
 
 SETTLED_STEPS = 5  # an RL row's f_tau / kappa: the mean of its last steps
 CURVE_KEYS = ("f_tau", "kappa", "accuracy", "reward/total", "tool_use_rate")
@@ -48,7 +53,6 @@ def cached(path: Path, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 
 def held_out_documents(held_out: Path) -> list[dict[str, Any]]:
     """The held-out open-ended documents (`paravt.eval.synth_tasks.synth_documents`)."""
-    from paravt.eval.synth_tasks import synth_documents
 
     docs = synth_documents(held_out.parent)["paravt_synth_oe"]
     if not docs:
@@ -59,7 +63,6 @@ def held_out_documents(held_out: Path) -> list[dict[str, Any]]:
 def protocol_source(checkpoint: Path, fallback: Path) -> str:
     """The checkpoint's own recorded protocol, else `fallback` (a directory with one): the base
     model has none, and an SFT checkpoint records no rollout settings."""
-    from paravt.core.agent_protocol import PROTOCOL_FILE
 
     recorded = checkpoint / PROTOCOL_FILE
     if recorded.is_file():
@@ -84,9 +87,6 @@ def accuracy_cell(
     name = f"acc_k{k}" + ("" if dispatch == "parallel" else f"_{dispatch}")
 
     def compute() -> dict[str, Any]:
-        from paravt.eval.agent import EvalAgent, VideoQuestion
-        from paravt.eval.config import EvalConfig
-        from paravt.eval.metrics import open_ended_score
 
         log(f"seed {seed}: {model} on {len(docs)} held-out videos, K = {k}, {dispatch} (greedy)")
         agent = EvalAgent(
@@ -141,6 +141,7 @@ def rollout_stats_cell(
     on `config.stats_prompts` training prompts x the group size, at the rollout temperature."""
 
     def compute() -> dict[str, Any]:
+        # lazy: the optional extra paravt-eval[train]
         from paravt.train import evaluate_rl as evaluate
         from paravt.train import load_rl_examples
 

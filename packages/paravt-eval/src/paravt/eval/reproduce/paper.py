@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paravt.core.engines.openai import served_model_name
+from paravt.eval.paper_tasks import paper_task_dir
 from paravt.eval.reproduce.progress import log
 
 STAGES = ("base", "sft", "grpo", "para_grpo")
@@ -67,7 +69,6 @@ class Servers:
 
     def model_name(self) -> str:
         """The served model's name: the first of `GET /models` on the first server."""
-        from paravt.core.engines.openai import served_model_name
 
         try:
             return served_model_name(self.base_url.split("|")[0].strip())
@@ -146,7 +147,6 @@ def run_lmms_cells(
     """Evaluate every missing (model, task) cell of `columns` with one lmms-eval CLI run: a local
     checkpoint through transformers (lockstep batches of `batch_size` on `device`), or servers
     (a rolling pool over them, the driver's in-flight limit and timeout; no transformers)."""
-    from paravt.eval.paper_tasks import paper_task_dir
 
     todo = [c for c in columns if not _cell_path(out, model, c.task).is_file()]
     if not todo:

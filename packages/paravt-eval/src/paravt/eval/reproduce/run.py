@@ -29,8 +29,15 @@ from paravt.eval.reproduce.cells import (
 from paravt.eval.reproduce.chart import draw_chart
 from paravt.eval.reproduce.claims import render_results
 from paravt.eval.reproduce.config import ReproduceConfig
+from paravt.eval.reproduce.paper import run_paper_splits
 from paravt.eval.reproduce.progress import log, restart_clock
 from paravt.eval.reproduce.tables import LABELS, Row, Summary, mean_sd, render_tables
+from paravt.eval.reproduce.training import (
+    arms_for,
+    ensure_data,
+    ensure_seed,
+    rl_recipe_for_stats,
+)
 
 
 @dataclass
@@ -59,18 +66,9 @@ def run_reproduce(config: ReproduceConfig) -> ReproduceResult:
     _quiet_transformers()
     t0 = time.perf_counter()
     if config.paper_splits:
-        from paravt.eval.reproduce.paper import run_paper_splits
-
         md = out / "table1.md"
         md.write_text("\n".join(run_paper_splits(out, config.checkpoints, config.device)) + "\n")
         return ReproduceResult(md, md, None, None)
-
-    from paravt.eval.reproduce.training import (
-        arms_for,
-        ensure_data,
-        ensure_seed,
-        rl_recipe_for_stats,
-    )
 
     data = ensure_data(config)
     docs = held_out_documents(data.held_out)
@@ -85,6 +83,7 @@ def run_reproduce(config: ReproduceConfig) -> ReproduceResult:
         compute_s += sum(runs.seconds.values())
         stats_recipe = rl_recipe_for_stats(config, seed, runs.sft, data)
         if not (protocol_dir / "agent_protocol.json").is_file():
+            # lazy: the optional extra paravt-eval[train]
             from paravt.train import trained_protocol
 
             trained_protocol(stats_recipe).save(protocol_dir)
@@ -156,6 +155,7 @@ def same_answers(answers: dict[str, list[float]]) -> list[list[str]]:
 
 
 def _setup(config: ReproduceConfig, n_docs: int) -> dict[str, Any]:
+    # lazy: the optional extra paravt-eval[train]
     from paravt.train import miniature as m
 
     arms = {a.name: a.describe() for a in m.ARMS.values()}

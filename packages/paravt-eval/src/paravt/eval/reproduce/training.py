@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from paravt.core.tiny import build_tiny_qwen3vl
 from paravt.eval.reproduce.config import ReproduceConfig
 from paravt.eval.reproduce.progress import log
 
 
 def _miniature() -> Any:
     try:
+        # lazy: the optional extra paravt-eval[train] (named in the error below)
         from paravt.train import miniature
     except ImportError as exc:
         raise ImportError(
@@ -105,7 +107,6 @@ def _mark_done(run: Path, settings: dict[str, Any], seconds: float) -> float:
 
 def ensure_seed(config: ReproduceConfig, seed: int, data: Any, arms: list[str]) -> SeedRuns:
     """Build the seed's base model, then train (or reuse) its SFT and RL runs."""
-    from paravt.core.tiny import build_tiny_qwen3vl
 
     m = _miniature()
     root = config.out / f"seed{seed}"
@@ -122,6 +123,7 @@ def ensure_seed(config: ReproduceConfig, seed: int, data: Any, arms: list[str]) 
     runs = SeedRuns(seed, base, sft_dir / "final")
     seconds = _finished(sft_dir, settings)
     if seconds is None:
+        # lazy: the optional extra paravt-eval[train]
         from paravt.train import train_sft
 
         recipe = m.sft_recipe(sft_dir, base, data, seed=seed, steps=config.sft_steps, extra=common)
@@ -137,6 +139,7 @@ def ensure_seed(config: ReproduceConfig, seed: int, data: Any, arms: list[str]) 
         settings = {"steps": config.rl_steps, "seed": seed, "arm": arm.describe()}
         seconds = _finished(run, settings)
         if seconds is None:
+            # lazy: the optional extra paravt-eval[train]
             from paravt.train import train_rl
 
             recipe = m.rl_recipe(

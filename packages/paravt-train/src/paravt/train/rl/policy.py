@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from paravt.core.engines.hf import HFEngine
 from paravt.train.distributed import Backend, all_reduce_sum
 from paravt.train.modeling import (
     Sequence_,
@@ -77,6 +78,7 @@ class PolicyEngine:
         self, recipe: RLRecipe, processor: Any, model_path: Any, device: torch.device
     ) -> Any:
         if self.kind == "vllm_server":
+            # lazy: the optional extra paravt-train[sglang] (httpx)
             from paravt.core.engines.vllm_server import VLLMServerEngine
 
             spec = recipe.rollout.server
@@ -97,6 +99,7 @@ class PolicyEngine:
             vllm_engine.check_logprobs_mode()
             return vllm_engine
         if self.kind == "sglang_server":
+            # lazy: the optional extra paravt-train[sglang] (httpx)
             from paravt.core.engines.sglang_server import SGLangServerEngine
 
             spec = recipe.rollout.server
@@ -121,7 +124,6 @@ class PolicyEngine:
             )
             engine.health()  # every rank: fail fast, naming the servers that do not answer
             return engine
-        from paravt.core.engines.hf import HFEngine
 
         if not self.backend.sharded:
             return HFEngine(self.backend.model, processor)
@@ -255,6 +257,7 @@ class PolicyEngine:
         The version is `weight_version` of SGLang's model-info route (its http_server.py builds
         it from `server_args.weight_version`, beside model_path and tokenizer_path), or of
         vLLM's `/weight_info`."""
+        # lazy: the optional extra paravt-train[sglang] (httpx)
         from paravt.core.engines.sglang_server import ServerError, StaleWeightsError
         from paravt.core.engines.vllm_server import VLLMServerError
 

@@ -26,17 +26,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from paravt.core.engines.hf import HFEngine
 from paravt.core.runtime import (
     Episode,
     run_episodes,
 )
+from paravt.rewards import NFramesGate
 from paravt.train.checkpoint import (
     latest_checkpoint,
 )
+from paravt.train.data import read_rl_rows
 from paravt.train.distributed import (
     all_reduce_mean,
     shard_like_policy,
 )
+from paravt.train.frames import FrameSource, ensure_synth
 from paravt.train.metrics import RowOrder
 from paravt.train.modeling import (
     ensure_model,
@@ -68,8 +72,6 @@ log = logging.getLogger("paravt.train")
 
 
 def load_rl_examples(recipe: RLRecipe) -> list[Any]:
-    from paravt.train.data import read_rl_rows
-    from paravt.train.frames import ensure_synth
 
     ensure_synth(recipe.data)
     examples, report = read_rl_rows(
@@ -80,7 +82,6 @@ def load_rl_examples(recipe: RLRecipe) -> list[Any]:
 
 
 def build_gate(recipe: RLRecipe) -> Any:
-    from paravt.rewards import NFramesGate
 
     g = recipe.gating
     return NFramesGate(
@@ -142,8 +143,6 @@ def train_rl(
     policy = PolicyEngine(recipe, backend, processor, ckpt or init_path, device, step=start)
     engine = policy.engine if wrap_engine is None else wrap_engine(policy.engine)
     if frames is None:
-        from paravt.train.frames import FrameSource
-
         frames = FrameSource(recipe.video)
     rows = list(examples) if examples is not None else load_rl_examples(recipe)
     gate = build_gate(recipe)
@@ -300,14 +299,11 @@ def evaluate(
 ) -> dict[str, float]:
     """f_tau, kappa, accuracy (and the other rollout metrics) of a model on `examples`, sampled
     at the recipe's rollout temperature with the recipe's gate, without any update."""
-    from paravt.core.engines.hf import HFEngine
 
     device = pick_device(recipe.distributed.device)
     model, processor = load_model_and_processor(recipe.model, device, path=model_path)
     engine = HFEngine(model, processor)
     if frames is None:
-        from paravt.train.frames import FrameSource
-
         frames = FrameSource(recipe.video)
     ro = rollout(list(examples), engine, frames, build_gate(recipe), recipe, epoch=0, seed=seed)
     score_rollouts(ro, build_reward_config(recipe), recipe)

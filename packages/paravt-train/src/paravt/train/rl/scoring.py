@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from paravt.rewards import AdvantageConfig, anchor_token_rewards, group_advantages, score_episode
 from paravt.train.distributed import (
     all_gather_floats,
 )
@@ -27,7 +28,6 @@ log = logging.getLogger("paravt.train")
 
 def score_rollouts(ro: Rollouts, reward_config: Any, recipe: RLRecipe) -> None:
     """Rewards (paravt-rewards) and group-normalised advantages, in place."""
-    from paravt.rewards import AdvantageConfig, score_episode
 
     for ep, ex in zip(ro.episodes, ro.examples):
         options = ex.extra_info.get("options") if isinstance(ex.extra_info, dict) else None
@@ -60,7 +60,6 @@ def global_group_advantages(totals: list[float], group_size: int, config: Any) -
     batch as one process would hold it: group statistics are unchanged, and batch normalisation
     (`advantage.batch_norm`) uses the mean and std over all ranks' episodes, as the reference's
     global-batch normalisation does."""
-    from paravt.rewards import group_advantages
 
     gathered = all_gather_floats(totals)
     everything = [x for rank_totals in gathered for x in rank_totals]
@@ -115,7 +114,6 @@ def training_sequences(
     ro: Rollouts, recipe: RLRecipe, engine: Any, reward_config: Any
 ) -> list[Sequence_]:
     """Main (and optionally sub-agent) trajectories with their per-token advantages."""
-    from paravt.rewards import anchor_token_rewards
 
     seqs: list[Sequence_] = []
     prefix = "<think>\n" if recipe.rollout.think_prefix else ""
