@@ -21,16 +21,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from paravt.core import (
+    ANSWER_KINDS,
     AgentConfig,
     AgentProtocol,
     AgentTask,
+    AnswerKind,
     Engine,
     Episode,
     Frame,
     Toolbox,
     run_episodes,
 )
-from paravt.core.agent_protocol import ANSWER_KINDS, AnswerKind
 from paravt.core.engines import HFEngine, OpenAIEngine
 from paravt.eval.config import EvalConfig
 from paravt.eval.paper_video import PaperVideoSource

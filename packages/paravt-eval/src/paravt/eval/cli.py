@@ -13,8 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from paravt.core import PROMPT_MODES
-from paravt.core.cli_style import add_debug, run_command, style
+from paravt.core import PROMPT_MODES, add_debug, run_command, style
 from paravt.eval.config import DRIVER_TIMEOUT_S
 
 

@@ -16,8 +16,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from paravt.core import AgentConfig, AgentProtocol, PromptMode, get_protocol
-from paravt.core.agent_protocol import PAPER_PROTOCOL, PROTOCOL_FILE, PROTOCOLS
+from paravt.core import (
+    PAPER_PROTOCOL,
+    PROTOCOL_FILE,
+    PROTOCOLS,
+    AgentConfig,
+    AgentProtocol,
+    PromptMode,
+    get_protocol,
+)
 
 MAX_OVERVIEW_FRAMES = 512
 # The released driver's server settings (github.com/EvolvingLMMs-Lab/ParaVT, commit cf55249):

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from paravt.eval.traces import SampleTrace
-from paravt.rewards.accuracy import exact_match, mcq_accuracy, temporal_iou, token_f1
+from paravt.rewards import exact_match, mcq_accuracy, temporal_iou, token_f1
 
 RECALL_THRESHOLDS = (0.3, 0.5, 0.7)
 

@@ -29,7 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from paravt.core.paper_protocol import (
+from paravt.core import (
     PAPER_GROUNDING_TEMPLATE,
     PAPER_MCQ_INSTRUCTION,
     PAPER_SUBTITLE_PREFIX,

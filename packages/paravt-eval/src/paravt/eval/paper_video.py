@@ -20,9 +20,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from paravt.core import Frame, ToolOutput
-from paravt.core.agent_protocol import AgentProtocol
-from paravt.core.protocol import CropVideoArgs
+from paravt.core import AgentProtocol, CropVideoArgs, Frame, ToolOutput
 from paravt.eval.video import local_path
 
 QWEN_VL_UTILS_VERSION = "0.0.14"

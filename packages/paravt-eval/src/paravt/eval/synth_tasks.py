@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from paravt.core.prompts import format_question
+from paravt.core import format_question
 from paravt.eval.metrics import grounding_scores, mcq_score, open_ended_score, tool_scores
 
 TASKS = {

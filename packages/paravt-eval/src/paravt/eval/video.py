@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from paravt.core import Frame, Toolbox
-from paravt.tools.crop import CropConfig, VideoReader, default_reader
+from paravt.tools import CropConfig, VideoReader, default_reader
 
 
 def local_path(video: str) -> str:

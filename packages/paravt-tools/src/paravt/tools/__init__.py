@@ -26,6 +26,7 @@ from paravt.tools.sampling import (
     resize_frames,
     smart_resize,
 )
+from paravt.tools.synth import SynthConfig, SynthResult, generate
 from paravt.tools.video import VideoError, VideoInfo, keyframe_indices, probe
 
 try:
@@ -41,6 +42,8 @@ __all__ = [
     "CropVideoTool",
     "FrameCache",
     "Sample",
+    "SynthConfig",
+    "SynthResult",
     "VideoError",
     "VideoInfo",
     "VideoReader",
@@ -49,6 +52,7 @@ __all__ = [
     "crop_timestamps",
     "default_reader",
     "frames_tensor",
+    "generate",
     "keyframe_indices",
     "overview_sample",
     "overview_timestamps",

@@ -8,8 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from paravt.core.cli_style import add_debug, run_command, style
-from paravt.core.protocol import CropVideoArgs
+from paravt.core import CropVideoArgs, add_debug, run_command, style
 
 
 def _synth(args: argparse.Namespace) -> int:

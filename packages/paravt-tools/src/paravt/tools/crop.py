@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from paravt.core.protocol import CropVideoArgs, Frame, ToolOutput
+from paravt.core import CropVideoArgs, Frame, ToolOutput
 from paravt.tools.sampling import (
     MAX_KEYFRAME_SNAP,
     MAX_PIXELS,

@@ -42,15 +42,18 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from paravt.core.prompts import (
+from paravt.core import (
+    CROP_VIDEO,
     OPTION_LETTERS,
+    CropVideoArgs,
+    Message,
+    ToolOutput,
     build_main_prompt,
     build_subagent_prompt,
     format_question,
     system_prompt,
     tool_response_message,
 )
-from paravt.core.protocol import CROP_VIDEO, CropVideoArgs, Message, ToolOutput
 from paravt.tools.crop import default_reader
 from paravt.tools.sampling import crop_sample, overview_sample
 

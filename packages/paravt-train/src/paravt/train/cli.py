@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from paravt.core.cli_style import one_line, style
+from paravt.core import one_line, style
 from paravt.train.doctor import add_parser as add_doctor_parser
 from paravt.train.doctor import run as run_doctor
 from paravt.train.recipe import RECIPE_NAMES, RecipeError, load_recipe, recipe_help

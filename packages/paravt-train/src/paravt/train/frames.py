@@ -10,10 +10,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from paravt.core.prompts import render_frames
-from paravt.core.protocol import CropVideoArgs, Frame, ImagePart, Message, Part, TextPart
-from paravt.tools.crop import CropConfig, VideoReader
-from paravt.tools.synth import SynthConfig, generate
+from paravt.core import CropVideoArgs, Frame, ImagePart, Message, Part, TextPart, render_frames
+from paravt.tools import CropConfig, SynthConfig, VideoReader, generate
 from paravt.train.data import VIDEO_PLACEHOLDER
 from paravt.train.ranks import barrier, is_rank0
 from paravt.train.recipe import DataSpec, VideoSpec

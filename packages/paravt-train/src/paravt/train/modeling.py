@@ -17,8 +17,7 @@ from typing import Any
 
 import torch
 
-from paravt.core.prompts import render_frames
-from paravt.core.protocol import Frame, Message, TextPart
+from paravt.core import Frame, Message, TextPart, render_frames
 from paravt.core.tiny import build_tiny_qwen3vl
 from paravt.train.distributed import all_reduce_max_int
 from paravt.train.ranks import barrier, is_rank0

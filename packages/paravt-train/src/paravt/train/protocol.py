@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from paravt.core.agent_protocol import AgentProtocol, get_protocol
+from paravt.core import AgentProtocol, get_protocol
 from paravt.train.ranks import is_rank0
 
 

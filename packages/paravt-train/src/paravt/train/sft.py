@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
+from paravt.core import Message
 from paravt.core.engines.hf import HFChatEncoder, HFEngine
-from paravt.core.protocol import Message
 from paravt.train.data import read_sft_rows
 from paravt.train.distributed import Backend, all_reduce_mean, all_reduce_sum
 from paravt.train.frames import FrameSource, ensure_synth

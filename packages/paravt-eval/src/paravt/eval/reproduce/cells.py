@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from paravt.core.agent_protocol import PROTOCOL_FILE
+from paravt.core import PROTOCOL_FILE
 from paravt.eval.agent import EvalAgent, VideoQuestion
 from paravt.eval.config import EvalConfig
 from paravt.eval.metrics import open_ended_score

@@ -24,6 +24,7 @@ from paravt.rewards.integrations.common import (
     Sample,
     check_framework_version,
     completion_text,
+    resolve_config,
     sample_from,
     split_completion,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "make_areal_reward_fn",
     "make_openrlhf_agent_executor",
     "make_openrlhf_reward_func",
+    "resolve_config",
     "reward_fn",
     "reward_func",
     "sample_from",

@@ -16,19 +16,20 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from paravt.core.agent_config import AgentConfig, SamplingParams
-from paravt.core.engines.hf import HFChatEncoder
-from paravt.core.prompts import build_main_prompt
-from paravt.core.runtime import (
+from paravt.core import (
+    AgentConfig,
     AgentTask,
     Episode,
     FinishReason,
     Generated,
+    SamplingParams,
     Trajectory,
+    build_main_prompt,
     run_episodes,
 )
+from paravt.core.engines.hf import HFChatEncoder
 from paravt.rewards import RewardBreakdown, RewardConfig, score_episode
-from paravt.tools.crop import VideoReader, default_reader
+from paravt.tools import VideoReader, default_reader
 
 # (prompt token ids, the trajectory's images as uint8 CHW tensors in prompt order, sampling)
 #   -> (generated token ids, their log-probs or None)

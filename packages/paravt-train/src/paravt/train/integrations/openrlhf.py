@@ -35,11 +35,10 @@ from collections.abc import Mapping, Sequence
 from copy import deepcopy
 from typing import Any
 
-from paravt.core.agent_config import AgentConfig, SamplingParams
-from paravt.core.runtime import Episode, Trajectory, run_episodes
+from paravt.core import AgentConfig, Episode, SamplingParams, Trajectory, run_episodes
 from paravt.rewards import RewardBreakdown, RewardConfig
-from paravt.rewards.integrations.common import check_framework_version, resolve_config
-from paravt.tools.crop import VideoReader
+from paravt.rewards.integrations import check_framework_version, resolve_config
+from paravt.tools import VideoReader
 from paravt.train.integrations.agent import (
     CallbackEngine,
     RowTask,

@@ -29,16 +29,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from paravt.core.prompts import build_main_prompt, tool_response_message
-from paravt.core.protocol import (
+from paravt.core import (
     CROP_VIDEO,
     DEFAULT_MAX_NUM_FRAMES,
     CropVideoArgs,
     ImagePart,
     TextPart,
+    build_main_prompt,
     format_validation_error,
+    tool_response_message,
 )
-from paravt.tools.crop import VideoReader, default_reader
+from paravt.tools import VideoReader, default_reader
 from paravt.train.integrations.agent import RowTask
 
 TRL_SYSTEM_PROMPT = (

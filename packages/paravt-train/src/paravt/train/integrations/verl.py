@@ -55,10 +55,9 @@ from verl.experimental.agent_loop.agent_loop import (
     register,
 )
 
-from paravt.core.agent_config import AgentConfig, SamplingParams
-from paravt.core.runtime import run_episodes
+from paravt.core import AgentConfig, SamplingParams, run_episodes
 from paravt.rewards import RewardBreakdown
-from paravt.rewards.integrations.common import resolve_config
+from paravt.rewards.integrations import resolve_config
 from paravt.train.integrations.agent import (
     CallbackEngine,
     RowTask,

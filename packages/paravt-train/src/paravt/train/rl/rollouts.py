@@ -8,13 +8,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from paravt.core.prompts import build_main_prompt, render_frames
-from paravt.core.protocol import Message, TextPart
-from paravt.core.runtime import (
+from paravt.core import (
     AgentConfig,
     AgentTask,
     Episode,
+    Message,
     SamplingParams,
+    TextPart,
+    build_main_prompt,
+    render_frames,
     run_episodes_sync,
 )
 from paravt.train.recipe import RLRecipe

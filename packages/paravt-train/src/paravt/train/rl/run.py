@@ -26,11 +26,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from paravt.core.engines.hf import HFEngine
-from paravt.core.runtime import (
+from paravt.core import (
     Episode,
     run_episodes,
 )
+from paravt.core.engines.hf import HFEngine
 from paravt.rewards import NFramesGate
 from paravt.train.checkpoint import (
     latest_checkpoint,
