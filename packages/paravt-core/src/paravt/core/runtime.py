@@ -21,253 +21,47 @@ import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
 
 from paravt.core.agent_config import (
     AgentConfig,
     SamplingParams,
 )
 from paravt.core.agent_protocol import PARAVT_PROTOCOL, AgentProtocol
-from paravt.core.parser import ParsedResponse, ToolCall, parse_response
+from paravt.core.episode import (
+    AgentTask,
+    CallRecord,
+    Encoded,
+    Engine,
+    Episode,
+    FinishReason,
+    Generated,
+    Toolbox,
+    Trajectory,
+    TurnRecord,
+)
+from paravt.core.parser import ToolCall, parse_response
 from paravt.core.prompts import THINK_PREFIX, build_subagent_prompt
 from paravt.core.protocol import CropVideoArgs, Message, ToolOutput
+from paravt.core.scheduler import Scheduler
 
-FinishReason = Literal["stop", "length"]
-
-
-# --------------------------------------------------------------------------------------------------
-# What engines take and return
-
-
-@dataclass
-class Encoded:
-    """A tokenized piece of prompt: token ids plus the engine's processed media for its images."""
-
-    token_ids: list[int]
-    media: list[Any] = field(default_factory=list)
-
-
-@dataclass
-class Generated:
-    """One generation as sampled: text, token ids and their log-probabilities."""
-
-    text: str
-    token_ids: list[int]
-    logprobs: list[float] | None = None
-    finish_reason: FinishReason = "stop"
-    # tokens generated as the server counted them (`usage.completion_tokens`), for text engines
-    # that get no token ids back; None: count `token_ids`
-    usage_tokens: int | None = None
-
-    @property
-    def num_tokens(self) -> int:
-        return (
-            len(self.token_ids)
-            if self.token_ids or self.usage_tokens is None
-            else self.usage_tokens
-        )
-
-
-@dataclass
-class Trajectory:
-    """One conversation as token ids, with a loss mask that is 1 exactly on generated tokens.
-
-    `messages` mirrors the same conversation as chat messages (for text-only engines and for
-    people); `media` holds the engine's processed images in prompt order.
-    """
-
-    role: Literal["main", "subagent"]
-    messages: list[Message] = field(default_factory=list)
-    token_ids: list[int] = field(default_factory=list)
-    loss_mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    media: list[Any] = field(default_factory=list)
-    turn: int | None = None  # sub-agents: the main turn that spawned them
-    call_index: int | None = None  # sub-agents: the call they answered
-    assistant_prefix: str = ""  # text the engine appended after the generation prompt
-
-    def add_prompt(self, encoded: Encoded, messages: Sequence[Message]) -> None:
-        self.messages.extend(messages)
-        self.token_ids.extend(encoded.token_ids)
-        self.loss_mask.extend([0] * len(encoded.token_ids))
-        self.logprobs.extend([0.0] * len(encoded.token_ids))
-        self.media.extend(encoded.media)
-
-    def add_generated(self, out: Generated) -> None:
-        self.messages.append(Message("assistant", self.assistant_prefix + out.text))
-        self.token_ids.extend(out.token_ids)
-        self.loss_mask.extend([1] * len(out.token_ids))
-        lps = out.logprobs if out.logprobs is not None else [0.0] * len(out.token_ids)
-        self.logprobs.extend(lps)
-
-    @property
-    def num_generated(self) -> int:
-        return sum(self.loss_mask)
-
-
-@runtime_checkable
-class Engine(Protocol):
-    """Batched generation over trajectories; tokenization through the model's own chat template."""
-
-    def encode_prompt(self, messages: Sequence[Message], *, assistant_prefix: str = "") -> Encoded:
-        """A conversation's first prompt, ending with the generation prompt and `assistant_prefix`."""
-        ...
-
-    def encode_continuation(
-        self, messages: Sequence[Message], *, previous: Generated, assistant_prefix: str = ""
-    ) -> Encoded:
-        """What follows a generation: closes the assistant turn if `previous` did not, renders
-        `messages` (tool responses, notes), then the generation prompt and `assistant_prefix`."""
-        ...
-
-    async def generate(
-        self, trajectories: Sequence[Trajectory], sampling: SamplingParams
-    ) -> list[Generated]:
-        """Continue every trajectory once (one batch)."""
-        ...
-
-
-@runtime_checkable
-class Toolbox(Protocol):
-    """The tools of one sample. It owns the sample's video; the model never names a file."""
-
-    async def execute(self, calls: Sequence[CropVideoArgs]) -> list[ToolOutput]:
-        """Run every validated call of one turn (together), returning one output per call, in order.
-        A failing call returns `ToolOutput.failure(...)`; it must not fail the others."""
-        ...
-
-
-# --------------------------------------------------------------------------------------------------
-# What the runtime records
-
-
-@dataclass
-class CallRecord:
-    index: int  # position among the turn's call attempts
-    name: str | None
-    arguments: dict[str, Any]
-    executed: bool
-    window_s: tuple[float, float] | None = None
-    num_frames: int = 0
-    error: str | None = None
-    summary: str | None = None
-    note: str = ""
-    # every change made to the request (argument validation's and the tool's), one sentence each;
-    # each is also stated in the tool response the model reads
-    clamps: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready data (windows as lists)."""
-        return {
-            "index": self.index,
-            "name": self.name,
-            "arguments": self.arguments,
-            "executed": self.executed,
-            "window_s": list(self.window_s) if self.window_s else None,
-            "num_frames": self.num_frames,
-            "error": self.error,
-            "note": self.note,
-            "clamps": list(self.clamps),
-            "summary": self.summary,
-        }
-
-
-@dataclass
-class TurnRecord:
-    turn: int
-    response: str
-    parsed: ParsedResponse
-    finish_reason: FinishReason
-    num_tokens: int
-    calls: list[CallRecord] = field(default_factory=list)
-    generate_s: float = 0.0
-    tools_s: float = 0.0
-    subagent_s: float = 0.0
-
-    @property
-    def num_calls(self) -> int:
-        return len(self.calls)
-
-    @property
-    def num_executed(self) -> int:
-        return sum(c.executed for c in self.calls)
-
-    @property
-    def errors(self) -> list[str]:
-        return [c.error for c in self.calls if c.error]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready data for traces and people: think, answer, issues, calls and timings."""
-        return {
-            "turn": self.turn,
-            "response": self.response,
-            "think": self.parsed.think,
-            "answer": self.parsed.answer,
-            "finish_reason": self.finish_reason,
-            "num_tokens": self.num_tokens,
-            "issues": [{"kind": i.kind.value, "message": i.message} for i in self.parsed.issues],
-            "calls": [c.to_dict() for c in self.calls],
-            "timings_s": {
-                "generate": round(self.generate_s, 4),
-                "tools": round(self.tools_s, 4),
-                "subagents": round(self.subagent_s, 4),
-            },
-        }
-
-
-@dataclass
-class Episode:
-    """Everything about one agent run; training consumes it unchanged."""
-
-    key: str
-    main: Trajectory
-    subagents: list[Trajectory] = field(default_factory=list)
-    turns: list[TurnRecord] = field(default_factory=list)
-    forced_answer: bool = False  # the last turn was told to answer
-    total_s: float = 0.0
-
-    @property
-    def final(self) -> ParsedResponse:
-        return self.turns[-1].parsed
-
-    @property
-    def answer(self) -> str | None:
-        return self.final.answer
-
-    @property
-    def num_tool_calls(self) -> int:
-        """Valid calls that were executed, over all turns."""
-        return sum(t.num_executed for t in self.turns)
-
-    @property
-    def num_call_attempts(self) -> int:
-        return sum(t.num_calls for t in self.turns)
-
-    @property
-    def num_tool_errors(self) -> int:
-        return sum(len(t.errors) for t in self.turns)
-
-    @property
-    def calls_per_turn(self) -> list[int]:
-        return [t.num_calls for t in self.turns]
-
-    @property
-    def tool_responses_ok(self) -> int:
-        return sum(1 for t in self.turns for c in t.calls if c.executed and c.error is None)
-
-
-@dataclass
-class AgentTask:
-    """One sample: its first prompt (see `prompts.build_main_prompt`), its toolbox, its question.
-
-    `answer_kind` (`mcq`, `grounding`, `open`) picks the protocol's final-answer note."""
-
-    key: str
-    messages: list[Message]
-    toolbox: Toolbox
-    question: str
-    answer_kind: str = "mcq"
-
+# the records and interfaces live in `paravt.core.episode`; re-exported here, where the runtime's
+# users have always found them
+__all__ = [
+    "AgentConfig",
+    "AgentTask",
+    "CallRecord",
+    "Encoded",
+    "Engine",
+    "Episode",
+    "FinishReason",
+    "Generated",
+    "SamplingParams",
+    "Toolbox",
+    "Trajectory",
+    "TurnRecord",
+    "run_episodes",
+    "run_episodes_sync",
+]
 
 # --------------------------------------------------------------------------------------------------
 # The loop
@@ -343,153 +137,6 @@ def _summary_of(text: str) -> str:
     return body.strip() or "(no summary)"
 
 
-class _Request:
-    """Trajectories of one episode waiting for one generation (with one sampling setting)."""
-
-    __slots__ = ("future", "owner", "sampling", "trajectories")
-
-    def __init__(
-        self,
-        owner: int,
-        trajectories: list[Trajectory],
-        sampling: SamplingParams,
-        future: asyncio.Future[list[Generated]],
-    ) -> None:
-        self.owner = owner
-        self.trajectories = trajectories
-        self.sampling = sampling
-        self.future = future
-
-
-class _Scheduler:
-    """Routes the generation requests of concurrently running episodes to the engine.
-
-    - `per_request` (async schedule, an engine with `continuous_batching = True`, i.e. a server
-      that batches on its side): every trajectory is its own engine call, at most
-      `max_requests_in_flight` open at once; no episode waits for another.
-    - `gather` (async schedule, an in-process engine): a micro-batching queue. Once the requests
-      waiting have stopped growing (the other runnable episodes have had their turn of the event
-      loop), up to `max_requests_in_flight` trajectories go in one engine call per sampling
-      setting, ordered by episode; one batch at a time, and requests arriving meanwhile wait for
-      the next.
-    - `lockstep`: a batch goes only when every unfinished episode is waiting (a barrier), so all
-      episodes advance turn by turn together, the slowest generation holding everyone.
-    """
-
-    _SETTLE_TICKS = 8  # event-loop passes without a new request before a gathered batch goes
-    _MAX_SETTLE_TICKS = 1000
-
-    def __init__(self, engine: Engine, config: AgentConfig, live: int) -> None:
-        self.engine = engine
-        if config.schedule == "lockstep":
-            self.mode = "lockstep"
-        elif getattr(engine, "continuous_batching", False):
-            self.mode = "per_request"
-        else:
-            self.mode = "gather"
-        self.limit = config.max_requests_in_flight
-        self.live = live
-        self.pending: list[_Request] = []
-        self.wakeup = asyncio.Event()
-        self.slots = asyncio.Semaphore(self.limit)
-
-    @property
-    def needs_worker(self) -> bool:
-        return self.mode != "per_request"
-
-    async def generate(
-        self, owner: int, trajectories: list[Trajectory], sampling: SamplingParams
-    ) -> list[Generated]:
-        """Continue `trajectories` (all of episode `owner`) once."""
-        if not trajectories:
-            return []
-        if self.mode == "per_request":
-
-            async def one(trajectory: Trajectory) -> Generated:
-                async with self.slots:
-                    outs = await self.engine.generate([trajectory], sampling)
-                return outs[0]
-
-            return list(await asyncio.gather(*(one(t) for t in trajectories)))
-        future: asyncio.Future[list[Generated]] = asyncio.get_running_loop().create_future()
-        self.pending.append(_Request(owner, trajectories, sampling, future))
-        self.wakeup.set()
-        return await future
-
-    def finished(self) -> None:
-        """An episode ended (the lockstep barrier no longer waits for it)."""
-        self.live -= 1
-        self.wakeup.set()
-
-    async def run(self) -> None:
-        """The batching worker (modes `gather` and `lockstep`); cancelled when all episodes end."""
-        while True:
-            await self.wakeup.wait()
-            self.wakeup.clear()
-            if not self.pending:
-                continue
-            if self.mode == "lockstep":
-                if len({r.owner for r in self.pending}) < self.live:
-                    continue
-                batch, self.pending = self.pending, []
-            else:
-                await self._settle()
-                batch = self._take()
-            await self._run_batch(sorted(batch, key=lambda r: r.owner))
-            if self.pending:
-                self.wakeup.set()
-
-    async def _settle(self) -> None:
-        seen, quiet = len(self.pending), 0
-        for _ in range(self._MAX_SETTLE_TICKS):
-            if quiet >= self._SETTLE_TICKS or self._size() >= self.limit:
-                return
-            await asyncio.sleep(0)
-            quiet = quiet + 1 if len(self.pending) == seen else 0
-            seen = len(self.pending)
-
-    def _size(self) -> int:
-        return sum(len(r.trajectories) for r in self.pending)
-
-    def _take(self) -> list[_Request]:
-        ordered = sorted(self.pending, key=lambda r: r.owner)
-        batch: list[_Request] = []
-        size = 0
-        for request in ordered:
-            if batch and size + len(request.trajectories) > self.limit:
-                break
-            batch.append(request)
-            size += len(request.trajectories)
-        taken = {id(r) for r in batch}
-        self.pending = [r for r in self.pending if id(r) not in taken]
-        return batch
-
-    async def _run_batch(self, batch: list[_Request]) -> None:
-        groups: dict[str, list[_Request]] = {}
-        for request in batch:
-            groups.setdefault(request.sampling.model_dump_json(), []).append(request)
-        for members in groups.values():
-            trajectories = [t for r in members for t in r.trajectories]
-            try:
-                outs = await self.engine.generate(trajectories, members[0].sampling)
-                if len(outs) != len(trajectories):
-                    raise RuntimeError(
-                        f"{type(self.engine).__name__}.generate returned {len(outs)} results "
-                        f"for {len(trajectories)} trajectories"
-                    )
-            except Exception as exc:  # the episodes waiting on this batch raise it
-                for r in members:
-                    if not r.future.done():
-                        r.future.set_exception(exc)
-                continue
-            k = 0
-            for r in members:
-                n = len(r.trajectories)
-                if not r.future.done():
-                    r.future.set_result(list(outs[k : k + n]))
-                k += n
-
-
 async def run_episodes(
     tasks: Sequence[AgentTask],
     engine: Engine,
@@ -517,7 +164,7 @@ async def run_episodes(
     if not states:
         return []
 
-    scheduler = _Scheduler(engine, config, live=len(states))
+    scheduler = Scheduler(engine, config, live=len(states))
     worker = asyncio.ensure_future(scheduler.run()) if scheduler.needs_worker else None
     running = [
         asyncio.ensure_future(_run_episode(i, s, engine, scheduler, config, protocol, prefix))
@@ -544,7 +191,7 @@ async def _run_episode(
     index: int,
     state: _State,
     engine: Engine,
-    scheduler: _Scheduler,
+    scheduler: Scheduler,
     config: AgentConfig,
     protocol: AgentProtocol,
     prefix: str,
@@ -632,7 +279,7 @@ async def _run_subagents(
     state: _State,
     by_index: dict[int, ToolOutput],
     engine: Engine,
-    scheduler: _Scheduler,
+    scheduler: Scheduler,
     config: AgentConfig,
     turn: int,
 ) -> dict[int, str]:
