@@ -14,11 +14,11 @@ from paravt.tools.sampling import crop_sample, overview_sample
 from paravt.tools.synth import (
     COLOURS,
     SynthConfig,
-    _grid,
     equal_windows,
     generate,
     plan_video,
 )
+from paravt.tools.synth_traces import _grid
 
 SINGLE = SynthConfig(
     layout="single",
