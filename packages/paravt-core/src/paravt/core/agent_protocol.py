@@ -12,6 +12,10 @@ Two instances ship: `PARAVT_PROTOCOL` (`paravt`, what this project trains and ev
 live verbatim in `paravt.core.paper_protocol`). A trained checkpoint carries the protocol it was
 trained with: `protocol.save(checkpoint_dir)` writes `agent_protocol.json` beside the weights and
 `AgentProtocol.load(checkpoint_dir)` reads it back (None when the checkpoint records none).
+
+One file because every method reads the fields of one frozen value (prompt layout, tool results,
+the forced answer, answer extraction): the sub-specs, the class and its two instances belong
+together; the released driver's strings are in `paravt.core.paper_protocol`.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ alternation of fixed words, `>`), every tag is visited once, and tool-call bodie
 each. Tool blocks (`tool_call`, `tool_code`, `tool_response`) are never answer text.
 
 Rewards, the agent runtime, training and evaluation all use this parser; nobody re-parses.
+
+One file because it is one grammar read in one pass: the tag scanner, the tool-call bodies and the
+answer fallback share its state, and split across files the pass would be harder to follow.
 """
 
 from __future__ import annotations

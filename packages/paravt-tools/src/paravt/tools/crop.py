@@ -10,6 +10,9 @@ its allowed range, or a sentence in the response's text and in `ToolOutput.clamp
 reused, the rest are decoded by one decoder per contiguous chunk on the pool (resized by torch
 in bounded groups), and the frames are split back per call in call order. A window that fails to
 decode returns an error; the others still return their frames.
+
+One file because the reader, its frame cache and the tool share one decode plan (merge, cache,
+decode per chunk, split back per call); read together they show where each frame comes from.
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ Video paths in the released parquet files are sentinel-relative (`longvt_source/
 `selfqa/...`): `materialize` prefixes a local root and the `file://` scheme. Rows whose video is
 missing are skipped and counted per source; a malformed row raises `ParaVTDataError` naming the
 file, the row and the column.
+
+One file because both row formats (ours and the released parquet files) go through one validation
+path with one error type naming the file, row and column.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ Three users, one definition:
   (A first run with the gate over {2, 4, 8} left a third of the prompts without a reason to read
   the crops: after 30 steps its main agent called two crops and still answered from the
   overview, 50% at K = 2 against 86% for the smoke run's gate over {2, 4}.)
+
+One file because the task, its arms and their evaluation are one experiment's definition: the
+settings chosen by measurement are explained next to the code that uses them.
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ help text next to it (`paravt-train sft --help-recipe` prints them).
 
 A bare name (`tiny_sft`, `paragrpo_8b.yaml`) resolves to the recipes shipped inside this package;
 anything else is a path.
+
+One file because it is the recipe schema: one pydantic field per setting with its bounds and help
+text (the CLI's `--help-recipe` and every error message come from them), and the checks that
+span sections.
 """
 
 from __future__ import annotations
