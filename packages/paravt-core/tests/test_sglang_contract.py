@@ -1,7 +1,8 @@
 """The SGLang contract: what our client sends and what our stand-in serves are what SGLang has.
 
-`SGLANG` below is SGLang's native HTTP API as its source defines it, for the versions we support
-(0.5.6 to 0.5.23), each entry cited by file and line. Sources: the released wheels
+`SGLANG` below is SGLang's native HTTP API (and the two OpenAI-compatible routes our stand-in
+serves) as its source defines it, for the versions we support (0.5.6 to 0.5.23), each entry cited
+by file and line. Sources: the released wheels
 `sglang==0.5.6.post2`, `0.5.12` and `0.5.23` (paths inside the wheel: `sglang/srt/entrypoints/
 http_server.py`, `sglang/srt/managers/io_struct.py`, `.../tokenizer_manager.py`,
 `sglang/api/v1/api_types.py`; in the repository they sit under `python/`); where a line is given
@@ -11,8 +12,8 @@ reference trained with SGLang 0.5.9, inside the range. This is a check against S
 SGLang server has been run with this code (none installs on these CPUs).
 
 The tests fail when
-- the stand-in (`paravt.core.fake_sglang.ROUTES`) serves a route or method SGLang does not have,
-  or takes a body where SGLang takes none (or the reverse);
+- the stand-in (`paravt.core.stand_in.ROUTES`, both modes) serves a route or method SGLang does
+  not have, or takes a body where SGLang takes none (or the reverse);
 - the client (`SGLangServerEngine`) calls a route SGLang does not have, or sends a field SGLang's
   request type does not define, or leaves out a required one, or a sampling key SGLang 0.5.23
   rejects;
@@ -34,7 +35,7 @@ from typing import Any
 import httpx
 import pytest
 
-from paravt.core.fake_sglang import FLUSH_TEXT, ROUTES, serve
+from paravt.core.stand_in import FLUSH_TEXT, ROUTES, serve
 
 BASE_FIELDS = frozenset({"rid", "http_worker_ipc"})  # BaseReq, io_struct L86-90: every request
 
@@ -74,6 +75,12 @@ _MEMORY = _route(
     reply="null",
     cite="http_server.py L1575 / L1587 (GET and POST; the handler returns nothing: 200, body "
     "null); ReleaseMemoryOccupationReqInput / Resume...: io_struct L2177-2180 / L2187-2190",
+)
+# ChatCompletionRequest's OpenAI fields (openai/protocol.py L919-956; SGLang's own follow them)
+_CHAT_FIELDS = (
+    "messages model frequency_penalty logit_bias logprobs top_logprobs max_tokens "
+    "max_completion_tokens n presence_penalty response_format seed stop stream stream_options "
+    "temperature top_p user tools tool_choice parallel_tool_calls"
 )
 SGLANG: dict[tuple[str, str], Route] = {
     ("GET", "/health"): _route(None, reply="empty", cite="http_server.py L721-722 (Response())"),
@@ -140,6 +147,19 @@ SGLANG: dict[tuple[str, str], Route] = {
     ("POST", "/abort_request"): _route(
         "abort_all", cite="http_server.py L1721-1731; AbortReq io_struct L2285-2291"
     ),
+    # OpenAI-compatible (`sglang/srt/entrypoints/openai/protocol.py`); the stand-in serves them
+    # with scripted replies (FakeChatServer)
+    ("POST", "/v1/chat/completions"): Route(  # not a BaseReq: no rid, http_worker_ipc
+        frozenset(_CHAT_FIELDS.split()),
+        frozenset({"messages"}),
+        cite="http_server.py L1870-1879 (0.5.6.post2: L1137); ChatCompletionRequest "
+        "openai/protocol.py L909 (0.5.6.post2: L455)",
+    ),
+    ("GET", "/v1/models"): _route(
+        None,
+        cite="http_server.py L1993-2022 (0.5.6.post2: L1207): ModelList of ModelCard(id=served "
+        "model name, ...), protocol.py L87-103",
+    ),
 }
 # Routes SGLang no longer has in the supported range: `/get_weight_version` and `/weight_version`
 # answer 404 from 0.5.12 (HTTPException "deprecated. Please use '/model_info' instead.") and are
@@ -188,9 +208,7 @@ SAMPLING_KEYS = frozenset(
 
 
 def test_every_route_the_stand_in_serves_is_an_sglang_route_with_its_body_rule() -> None:
-    ours = {
-        key: required for key, (_, required) in ROUTES.items() if not key[1].startswith("/fake/")
-    }
+    ours = {key: route.body for key, route in ROUTES.items() if not key[1].startswith("/fake/")}
     unknown = sorted(set(ours) - set(SGLANG))
     assert not unknown, f"the stand-in serves routes SGLang does not have: {unknown}"
     for key, body_required in ours.items():

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from paravt.core import Frame
+from paravt.core.stand_in import FakeChatServer
 from paravt.core.testing import StaticToolbox
 from paravt.eval.agent import EvalAgent, VideoQuestion
 from paravt.eval.config import EvalConfig, parse_eval_config
-from paravt.eval.fake_server import FakeChatServer
 
 
 class PixelSource:

@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 
 from paravt.core import one_line, style
-from paravt.train.doctor import add_parser as add_doctor_parser
-from paravt.train.doctor import run as run_doctor
+from paravt.train import doctor
 from paravt.train.recipe import RECIPE_NAMES, RecipeError, load_recipe, recipe_help
 
 _EPILOG_RECIPE = (
@@ -104,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sft-steps", type=int, default=None, help="override tiny_sft max_steps")
     p.add_argument("--rl-steps", type=int, default=None, help="override tiny_paragrpo max_steps")
 
-    add_doctor_parser(sub)
+    doctor.add_parser(sub)
     parser.add_argument("--debug", action="store_true", help="show full tracebacks of errors")
     for sub_parser in sub.choices.values():  # also after the subcommand: `doctor --debug`
         sub_parser.add_argument(
@@ -197,7 +196,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"wrote {out}")
         return 0
     if args.command == "doctor":
-        return run_doctor(args.server, args.recipe, args.overrides)  # RecipeError: above, exit 2
+        return doctor.run(args.server, args.recipe, args.overrides)  # RecipeError: above, exit 2
     if args.command == "smoke":
         # lazy: loaded when this subcommand runs (`--help` stays fast)
         from paravt.train.smoke import run_smoke

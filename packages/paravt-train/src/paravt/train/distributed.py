@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from paravt.core.engines.weights import iter_buckets
+from paravt.core.engines import iter_buckets
 from paravt.train.optim import make_optimizer, make_scheduler
 from paravt.train.ranks import is_rank0
 from paravt.train.recipe import DistributedSpec, OptimSpec

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import paravt.train.rl.learner as learner  # sabotaged(): where the update finds its loss
-from paravt.core.engines.hf import HFEngine
+from paravt.core.engines import HFEngine
 from paravt.train.frames import FrameSource, ensure_synth
 from paravt.train.modeling import load_model_and_processor, pick_device
 from paravt.train.recipe import DataSpec, RLRecipe, SFTRecipe, load_recipe

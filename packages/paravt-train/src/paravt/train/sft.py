@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from paravt.core import Message
-from paravt.core.engines.hf import HFChatEncoder, HFEngine
+from paravt.core.engines import HFChatEncoder, HFEngine
 from paravt.train.data import read_sft_rows
 from paravt.train.distributed import Backend, all_reduce_mean, all_reduce_sum
 from paravt.train.frames import FrameSource, ensure_synth

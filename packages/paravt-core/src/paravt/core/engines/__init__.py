@@ -5,7 +5,7 @@
   server (vLLM, SGLang), text in and text out.
 - `paravt.core.engines.sglang_server.SGLangServerEngine` (extra `sglang`): SGLang servers'
   native HTTP API (`sglang.launch_server`, or its router), token ids in, token ids and log-probs
-  out, weight pushes with a checked version; exercised on CPU against `paravt.core.fake_sglang`.
+  out, weight pushes with a checked version; exercised on CPU against `paravt.core.stand_in`.
 - `paravt.core.engines.vllm_server.VLLMServerEngine` (extras `hf`, `openai`): vLLM servers for RL
   rollouts (our token ids, vLLM's sampled ids and log-probs; weights reloaded from disk with a
   checked version); checked against a real vLLM CPU server in `nox -s real_server`.
@@ -20,21 +20,58 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from paravt.core.engines.hf import HFEngine
-    from paravt.core.engines.openai import OpenAIEngine
+    from paravt.core.engines.hf import HFChatEncoder, HFEngine, ImageChunk
+    from paravt.core.engines.openai import OpenAIEngine, image_data_url, served_model_name
     from paravt.core.engines.scripted import ScriptedTurns
-    from paravt.core.engines.sglang_server import SGLangServerEngine
-    from paravt.core.engines.vllm_server import VLLMServerEngine
+    from paravt.core.engines.sglang_server import (
+        ServerError,
+        SGLangServerEngine,
+        StaleWeightsError,
+        WeightUpdateGroup,
+    )
+    from paravt.core.engines.vllm_server import VLLMServer, VLLMServerEngine, VLLMServerError
+    from paravt.core.engines.weights import bucket_tensors, iter_buckets, write_checkpoint
 
+# each name is loaded from its module when first used (the engines need the optional extras)
 _LAZY = {
+    "HFChatEncoder": "paravt.core.engines.hf",
     "HFEngine": "paravt.core.engines.hf",
+    "ImageChunk": "paravt.core.engines.hf",
     "OpenAIEngine": "paravt.core.engines.openai",
-    "SGLangServerEngine": "paravt.core.engines.sglang_server",
+    "image_data_url": "paravt.core.engines.openai",
+    "served_model_name": "paravt.core.engines.openai",
     "ScriptedTurns": "paravt.core.engines.scripted",
+    "SGLangServerEngine": "paravt.core.engines.sglang_server",
+    "ServerError": "paravt.core.engines.sglang_server",
+    "StaleWeightsError": "paravt.core.engines.sglang_server",
+    "WeightUpdateGroup": "paravt.core.engines.sglang_server",
+    "VLLMServer": "paravt.core.engines.vllm_server",
     "VLLMServerEngine": "paravt.core.engines.vllm_server",
+    "VLLMServerError": "paravt.core.engines.vllm_server",
+    "bucket_tensors": "paravt.core.engines.weights",
+    "iter_buckets": "paravt.core.engines.weights",
+    "write_checkpoint": "paravt.core.engines.weights",
 }
 
-__all__ = ["HFEngine", "OpenAIEngine", "SGLangServerEngine", "ScriptedTurns", "VLLMServerEngine"]
+__all__ = [
+    "HFChatEncoder",
+    "HFEngine",
+    "ImageChunk",
+    "OpenAIEngine",
+    "SGLangServerEngine",
+    "ScriptedTurns",
+    "ServerError",
+    "StaleWeightsError",
+    "VLLMServer",
+    "VLLMServerEngine",
+    "VLLMServerError",
+    "WeightUpdateGroup",
+    "bucket_tensors",
+    "image_data_url",
+    "iter_buckets",
+    "served_model_name",
+    "write_checkpoint",
+]
 
 
 def __getattr__(name: str) -> Any:

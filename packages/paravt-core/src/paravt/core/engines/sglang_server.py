@@ -9,7 +9,7 @@ sampled ids and their log-probs come back.
 The SGLang API this relies on, for SGLang 0.5.6 to 0.5.23 (routes, fields, status codes and body
 types checked against SGLang's source, with line citations, by
 `packages/paravt-core/tests/test_sglang_contract.py`, which also holds this client and the
-stand-in server `paravt.core.fake_sglang` to them):
+stand-in server `paravt.core.stand_in` to them):
 
 - `POST /generate` with `GenerateReqInput` fields `input_ids` (one list), `image_data` (a list of
   images: URLs, file paths or base64 data URLs), `sampling_params` (`max_new_tokens`,
@@ -48,10 +48,14 @@ unreachable a `ServerError` names its URL. A server that accepts generation requ
 none is reported: a warning every `stall_warn_s` while requests wait on it with nothing back, and a
 `ServerError` (the server declared dead) after `stall_dead_s`.
 
-Both weight paths are exercised on CPU against `paravt.core.fake_sglang` (our stand-in server; the
+Both weight paths are exercised on CPU against `paravt.core.stand_in` (our stand-in server; the
 distributed one over gloo, with the stand-in joining the group the way `WeightUpdateGroup` forms
 it). No real SGLang server was run while writing this (none installs without a GPU): in particular
 that SGLang's `init_custom_process_group` rendezvous matches `WeightUpdateGroup` is unverified.
+
+One file because it is one client of one server API: generation, weight pushes (from disk and
+over a weight-update group), version checks, health and the stall watch share the server list,
+the connection pool and the expected weight version.
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ from pathlib import Path
 from typing import Any
 
 from paravt.core.engines.hf import HFChatEncoder, ImageChunk
+from paravt.core.engines.openai import image_data_url
 from paravt.core.engines.weights import iter_buckets, write_checkpoint
 from paravt.core.runtime import Generated, SamplingParams, Trajectory
 
@@ -222,7 +227,6 @@ class SGLangServerEngine(HFChatEncoder):
     def request_images(self, chunks: Iterable[ImageChunk]) -> list[str]:
         """The frames of `chunks` as data URLs (lossless PNG by default), in prompt order. Each
         frame is encoded once: later turns of a trajectory re-send the same chunks."""
-        from paravt.core.engines.openai import image_data_url
 
         images = []
         for chunk in chunks:
@@ -517,7 +521,6 @@ class SGLangServerEngine(HFChatEncoder):
     ) -> list[float]:
         """Log-probs (temperature 1) the server gives tokens 1..n-1 of `token_ids` (each given its
         prefix), with `max_new_tokens=0`: how a trainer checks the server has its weights."""
-        from paravt.core.engines.openai import image_data_url
 
         body: dict[str, Any] = {
             "input_ids": list(token_ids),

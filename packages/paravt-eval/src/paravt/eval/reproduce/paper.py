@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paravt.core.engines.openai import served_model_name
+from paravt.core.engines import served_model_name
 from paravt.eval.paper_tasks import paper_task_dir
 from paravt.eval.reproduce.progress import log
 

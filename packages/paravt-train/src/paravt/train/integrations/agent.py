@@ -27,7 +27,7 @@ from paravt.core import (
     build_main_prompt,
     run_episodes,
 )
-from paravt.core.engines.hf import HFChatEncoder
+from paravt.core.engines import HFChatEncoder
 from paravt.rewards import RewardBreakdown, RewardConfig, score_episode
 from paravt.tools import VideoReader, default_reader
 

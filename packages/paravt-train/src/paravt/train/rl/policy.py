@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from paravt.core.engines.hf import HFEngine
+from paravt.core.engines import HFEngine
 from paravt.train.distributed import Backend, all_reduce_sum
 from paravt.train.modeling import (
     Sequence_,
@@ -79,7 +79,7 @@ class PolicyEngine:
     ) -> Any:
         if self.kind == "vllm_server":
             # lazy: the optional extra paravt-train[sglang] (httpx)
-            from paravt.core.engines.vllm_server import VLLMServerEngine
+            from paravt.core.engines import VLLMServerEngine
 
             spec = recipe.rollout.server
             self.server = spec
@@ -100,7 +100,7 @@ class PolicyEngine:
             return vllm_engine
         if self.kind == "sglang_server":
             # lazy: the optional extra paravt-train[sglang] (httpx)
-            from paravt.core.engines.sglang_server import SGLangServerEngine
+            from paravt.core.engines import SGLangServerEngine
 
             spec = recipe.rollout.server
             self.server = spec
@@ -258,8 +258,7 @@ class PolicyEngine:
         it from `server_args.weight_version`, beside model_path and tokenizer_path), or of
         vLLM's `/weight_info`."""
         # lazy: the optional extra paravt-train[sglang] (httpx)
-        from paravt.core.engines.sglang_server import ServerError, StaleWeightsError
-        from paravt.core.engines.vllm_server import VLLMServerError
+        from paravt.core.engines import ServerError, StaleWeightsError, VLLMServerError
 
         kind = "vLLM" if self.kind == "vllm_server" else "SGLang"
 

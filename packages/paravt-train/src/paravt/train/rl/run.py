@@ -30,7 +30,7 @@ from paravt.core import (
     Episode,
     run_episodes,
 )
-from paravt.core.engines.hf import HFEngine
+from paravt.core.engines import HFEngine
 from paravt.rewards import NFramesGate
 from paravt.train.checkpoint import (
     latest_checkpoint,

@@ -1,54 +1,36 @@
-"""A stand-in for an SGLang server on CPU: the subset of SGLang's native HTTP API that
-`paravt.core.engines.sglang_server.SGLangServerEngine` uses, backed by a transformers model (extra `hf`).
+"""The model side of the stand-in server (`paravt.core.stand_in`): `FakeSGLang`, generation,
+scoring and weight loading over an `HFEngine` (extra `hf`), as SGLang's native routes need them.
 
-    python -m paravt.core.fake_sglang --model-path MODEL_DIR --port 30000 [--port-file F]
+`paravt.core.stand_in` holds the HTTP side (its `ROUTES` table maps SGLang's routes onto the
+methods here); this module knows no HTTP. It is a file of its own because it is the half that
+needs a model: torch, PIL and safetensors are imported inside the calls that use them, so a
+scripted server (`FakeChatServer`) never loads them.
 
-`ROUTES` lists what it serves, every one a route of SGLang 0.5.6-0.5.23 with SGLang's methods,
-request fields, status codes and body types on the behaviours the client relies on; the contract
-test (`packages/paravt-core/tests/test_sglang_contract.py`) checks that against SGLang's source,
-line by line. In short: `GET /health`; `GET /model_info` (and its deprecated alias
-`/get_model_info`) with `weight_version`, and `model_path` following the last disk update as in
-SGLang; `POST /generate` (`input_ids` + `image_data` data URLs + `sampling_params` +
-`return_logprob`, one request per call; `max_new_tokens: 0` scores the prompt into
-`meta_info.input_token_logprobs`); `GET|POST /flush_cache` (plain text, 400 while requests run or
-wait); `POST /update_weights_from_disk` (`model_path` required; 200 / 400 with `success`);
-`POST /release_memory_occupation`, `/resume_memory_occupation` (200, body `null`);
-`POST /init_weights_update_group` + `/update_weights_from_distributed` over a gloo group (NCCL needs
-GPUs); `POST /pause_generation` (`mode`: abort, retract, in_place; else 400) and
-`/continue_generation` (both need a JSON body, as SGLang >= 0.5.6). As in SGLang, a weight update
-waits for the generations in flight and holds new ones back, so a reply's `weight_version` names
-the weights that generated it. `GET /fake/events` returns what it was asked to do (weight updates
-with their versions and the log-probs of a fixed probe sequence right after each load, memory
-release/resume) and `GET /fake/generated` the generation requests served per weight version.
-
-Differences from SGLang, on purpose: image pads are expanded from the image grid directly (SGLang
-decodes the ids to text and re-tokenizes); no continuous batching (requests that arrive within
-5 ms of each other with the same sampling settings run as one batch, which ends with its longest
-generation); a pause lets the requests in flight finish (SGLang's 'retract' and 'in_place' stop them
-between tokens); weight-update groups on gloo only (formed by `WeightUpdateGroup.create`, which mirrors
-SGLang's `init_custom_process_group`); `/health` answers without generating. It is for tests and
-CPU rehearsals, not for serving.
+As in SGLang, a weight update waits for the generations in flight and holds new ones back, so a
+reply's `weight_version` names the weights that generated it. Differences from SGLang, on purpose:
+image pads are expanded from the image grid directly (SGLang decodes the ids to text and
+re-tokenizes); no continuous batching (requests that arrive within 5 ms of each other with the
+same sampling settings run as one batch, which ends with its longest generation); a pause lets the
+requests in flight finish (SGLang's 'retract' and 'in_place' stop them between tokens);
+weight-update groups on gloo only (formed by `WeightUpdateGroup.create`, which mirrors SGLang's
+`init_custom_process_group`); `/health` answers without generating.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import concurrent.futures
 import contextlib
 import io
-import json
-import logging
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("paravt.core.fake_sglang")
+from paravt.core.engines.hf import HFEngine, ImageChunk, to_image_tensor
+from paravt.core.engines.sglang_server import WeightUpdateGroup
+from paravt.core.runtime import SamplingParams, Trajectory
 
 
 class FakeSGLang:
@@ -57,9 +39,6 @@ class FakeSGLang:
     PROBE_TEXT = "<|im_start|>user\nWhat colour is the square?<|im_end|>\n<|im_start|>assistant\n"
 
     def __init__(self, model_path: str | Path, *, weight_version: str = "default") -> None:
-        from paravt.core.engines.hf import HFEngine
-        from paravt.core.runtime import Trajectory
-
         self.model_path = str(model_path)
         self.tokenizer_path = self.model_path
         self.engine = HFEngine(self.model_path)
@@ -93,8 +72,6 @@ class FakeSGLang:
     def _images(self, image_data: Any) -> list[Any]:
         from PIL import Image
 
-        from paravt.core.engines.hf import to_image_tensor
-
         items = image_data if isinstance(image_data, list) else [image_data]
         out = []
         for item in items:
@@ -106,9 +83,6 @@ class FakeSGLang:
 
     def _trajectory(self, input_ids: list[int], image_data: Any) -> Any:
         """The request as a trajectory of the HF engine: each image pad expanded to its grid."""
-        from paravt.core.engines.hf import ImageChunk
-        from paravt.core.runtime import Trajectory
-
         engine = self.engine
         images = self._images(image_data) if image_data else []
         pad = engine.image_token_id
@@ -185,8 +159,6 @@ class FakeSGLang:
         return {"message": "Generation continued successfully.", "status": "ok"}
 
     def _generate(self, body: dict[str, Any]) -> dict[str, Any]:
-        from paravt.core.runtime import SamplingParams
-
         if self.released:
             raise ValueError("memory is released; call /resume_memory_occupation first")
         input_ids = body.get("input_ids")
@@ -297,8 +269,6 @@ class FakeSGLang:
     def init_weights_update_group(self, body: dict[str, Any]) -> dict[str, Any]:
         """Join the trainer's weight-update group as rank `rank_offset` (gloo only: CPU), built
         like SGLang's `init_custom_process_group` (`WeightUpdateGroup.create`)."""
-        from paravt.core.engines.sglang_server import WeightUpdateGroup
-
         if body.get("backend", "nccl") != "gloo":
             return {"success": False, "message": "the fake server supports backend=gloo only"}
         name = str(body.get("group_name", "weight_update_group"))
@@ -392,213 +362,3 @@ class Batcher:
                 continue
             for (_, _, fut), out in zip(batch, outs):
                 fut.set_result(out)
-
-
-class PlainText(str):
-    """A reply body sent as text/plain (SGLang's /flush_cache answers in text)."""
-
-
-def _model_info(fake: FakeSGLang, body: dict[str, Any]) -> dict[str, Any]:
-    # SGLang's model_info keys we read (http_server.py model_info); model_path follows the last
-    # disk update, as SGLang's tokenizer manager sets it
-    return {
-        "model_path": fake.model_path,
-        "tokenizer_path": fake.tokenizer_path,
-        "is_generation": True,
-        "weight_version": fake.weight_version,
-    }
-
-
-def _flush_cache(fake: FakeSGLang, body: dict[str, Any]) -> tuple[int, PlainText]:
-    # SGLang flushes only when nothing is running or waiting, else 400; the same text either way
-    busy = fake.active > 0 or fake.paused
-    fake.events.append({"event": "flush_cache", "flushed": not busy})
-    return (400 if busy else 200), PlainText(FLUSH_TEXT)
-
-
-def _memory(release: bool) -> Callable[[FakeSGLang, dict[str, Any]], None]:
-    def handle(fake: FakeSGLang, body: dict[str, Any]) -> None:
-        fake.released = release
-        name = "release_memory_occupation" if release else "resume_memory_occupation"
-        fake.events.append({"event": name, "tags": body.get("tags")})
-        return None  # SGLang's handler returns nothing: HTTP 200 with the JSON body `null`
-
-    return handle
-
-
-def _with_status(name: str) -> Handler:
-    """The stand-in's method `name` (looked up on the instance, so tests may replace it), whose
-    `{"success": ...}` replies go out as SGLang sends them: 200 on success, 400 on failure."""
-
-    def handle(fake: FakeSGLang, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        reply = getattr(fake, name)(body)
-        return (200 if reply.get("success", True) else 400), reply
-
-    return handle
-
-
-FLUSH_TEXT = (
-    "Cache flushed.\nPlease check backend logs for more details. (When there are running or "
-    "waiting requests, the operation will not be performed.)\n"
-)
-Handler = Callable[[FakeSGLang, dict[str, Any]], Any]
-# Every route the stand-in serves: (method, path) -> handler, all of them SGLang's own routes with
-# SGLang's methods (checked against SGLang's source by packages/paravt-core/tests/
-# test_sglang_contract.py), plus the stand-in's own `/fake/...` routes for tests. `body` says the
-# route needs a JSON object body (SGLang >= 0.5.6 answers 400 to an empty POST on these).
-ROUTES: dict[tuple[str, str], tuple[Handler, bool]] = {
-    ("GET", "/health"): (lambda fake, body: PlainText(""), False),
-    ("GET", "/model_info"): (_model_info, False),
-    ("GET", "/get_model_info"): (_model_info, False),  # SGLang's deprecated alias
-    ("POST", "/generate"): (lambda fake, body: fake.generate(body), True),
-    ("GET", "/flush_cache"): (_flush_cache, False),
-    ("POST", "/flush_cache"): (_flush_cache, False),
-    ("POST", "/update_weights_from_disk"): (
-        _with_status("update_weights_from_disk"),
-        True,
-    ),
-    ("POST", "/init_weights_update_group"): (
-        _with_status("init_weights_update_group"),
-        True,
-    ),
-    ("POST", "/update_weights_from_distributed"): (
-        _with_status("update_weights_from_distributed"),
-        True,
-    ),
-    ("POST", "/pause_generation"): (_with_status("pause_generation"), True),
-    ("POST", "/continue_generation"): (_with_status("continue_generation"), True),
-    ("POST", "/release_memory_occupation"): (_memory(True), True),
-    ("POST", "/resume_memory_occupation"): (_memory(False), True),
-    ("GET", "/fake/events"): (lambda fake, body: fake.events, False),
-    ("GET", "/fake/generated"): (lambda fake, body: fake.generated_by_version, False),
-}
-
-
-def make_handler(fake: FakeSGLang) -> type[BaseHTTPRequestHandler]:
-    """The HTTP handler class serving `fake` (the routes of `ROUTES`)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("%s " + format, self.address_string(), *args)
-
-        def _send(self, code: int, payload: Any) -> None:
-            if isinstance(payload, PlainText):
-                data, kind = payload.encode(), "text/plain; charset=utf-8"
-            else:
-                data, kind = json.dumps(payload).encode(), "application/json"
-            self.send_response(code)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _body(self, required: bool) -> dict[str, Any]:
-            n = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(n) if n else b""
-            if not raw.strip():
-                if required:  # FastAPI's "Field required", which SGLang turns into a 400
-                    raise ValueError("Field required: the request needs a JSON object body")
-                return {}
-            body = json.loads(raw)
-            if not isinstance(body, dict):
-                raise ValueError("the request body must be a JSON object")
-            return body
-
-        def _route(self, method: str) -> None:
-            path = self.path.split("?", 1)[0]
-            entry = ROUTES.get((method, path))
-            if entry is None:
-                self._send(404, {"detail": "Not Found"})  # FastAPI's answer to an unknown route
-                return
-            handler, required = entry
-            try:
-                reply = handler(fake, self._body(required))
-            except (ValueError, KeyError, TypeError) as exc:
-                self._send(400, {"error": {"message": f"{type(exc).__name__}: {exc}"}})
-                return
-            if isinstance(reply, tuple):
-                self._send(*reply)
-            else:
-                self._send(200, reply)
-
-        def do_GET(self) -> None:
-            self._route("GET")
-
-        def do_POST(self) -> None:
-            self._route("POST")
-
-    return Handler
-
-
-def serve(model_path: str | Path, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
-    """A started-later server over `model_path` (`port=0` picks a free port: `server.server_port`)."""
-    fake = FakeSGLang(model_path)
-    server = ThreadingHTTPServer((host, port), make_handler(fake))
-    server.daemon_threads = True
-    server.fake = fake  # type: ignore[attr-defined]
-    return server
-
-
-def spawn(
-    model_path: str | Path,
-    log_path: str | Path,
-    *,
-    env: dict[str, str] | None = None,
-    timeout_s: float = 120.0,
-) -> tuple[subprocess.Popen[bytes], str]:
-    """`python -m paravt.core.fake_sglang` in its own process on a free port, its output in
-    `log_path`; returns the process and its URL once it answers `/health`. Raises `RuntimeError`
-    with the end of the log when it exits or does not come up within `timeout_s`. The caller
-    kills the process."""
-    import httpx
-
-    log_path = Path(log_path)
-    port_file = log_path.with_name(log_path.name + ".port")
-    port_file.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "paravt.core.fake_sglang", "--model-path", str(model_path)]
-    with open(log_path, "wb") as log_file:  # the child keeps its own handle
-        proc = subprocess.Popen(
-            [*cmd, "--port", "0", "--port-file", str(port_file)],
-            env=env,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + timeout_s
-    while not port_file.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            proc.wait()
-            raise RuntimeError(
-                f"the stand-in server over {model_path} did not start:\n"
-                + log_path.read_text(errors="replace")[-3000:]
-            )
-        time.sleep(0.2)
-    url = f"http://127.0.0.1:{port_file.read_text().strip()}"
-    httpx.get(url + "/health", timeout=10).raise_for_status()
-    return proc, url
-
-
-def main(argv: list[str] | None = None) -> None:
-    """`python -m paravt.core.fake_sglang --model-path DIR [--host H] [--port P] [--port-file F]`."""
-    parser = argparse.ArgumentParser(prog="python -m paravt.core.fake_sglang", description=__doc__)
-    parser.add_argument("--model-path", required=True)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=30000)
-    parser.add_argument("--port-file", help="write the bound port here once serving")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s fake_sglang %(message)s")
-    server = serve(args.model_path, args.host, args.port)
-    port = server.server_address[1]
-    if args.port_file:
-        tmp = Path(args.port_file + ".tmp")
-        tmp.write_text(str(port))
-        tmp.rename(args.port_file)
-    log.info("serving %s on http://%s:%d", args.model_path, args.host, port)
-    with contextlib.suppress(KeyboardInterrupt):
-        server.serve_forever()
-
-
-if __name__ == "__main__":
-    main()
