@@ -3,7 +3,9 @@ equal, the tiny tokenizer, and the README recipes (so a recipe that drifts fails
 
 from __future__ import annotations
 
+import ast
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,3 +109,35 @@ def as_list(values: Any) -> list[float]:
     if hasattr(values, "tolist"):
         values = values.tolist()
     return [float(v) for v in values]
+
+
+def openrlhf_parser() -> Any:
+    """The argument parser `python -m openrlhf.cli.train_ppo_ray` builds (its own code)."""
+    import openrlhf.cli
+
+    path = Path(openrlhf.cli.__file__).parent / "train_ppo_ray.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    # the module's standard-library imports (argparse, datetime, ...), then its __main__ block
+    # up to parse_args; its other imports start ray, DeepSpeed and vLLM, which the parser needs not
+    body: list[ast.stmt] = [
+        node
+        for node in tree.body
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        and all(
+            (alias.name if isinstance(node, ast.Import) else node.module or "").split(".")[0]
+            in sys.stdlib_module_names
+            for alias in node.names
+        )
+    ]
+    main = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)
+    )
+    for stmt in main.body:
+        if "parse_args" in ast.unparse(stmt):
+            break
+        body.append(stmt)
+    namespace: dict[str, Any] = {"__name__": "train_ppo_ray_parser"}
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), namespace)
+    return namespace["parser"]

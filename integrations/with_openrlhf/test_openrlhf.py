@@ -11,18 +11,24 @@ into an `Experience`. The only stand-ins: a scripted generation engine and a `vl
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import importlib.metadata
 import json
 import shlex
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from shared import CASES, Case, direct, readme_block, readme_tested_version, tokenizer_dir
+from shared import (
+    CASES,
+    Case,
+    direct,
+    openrlhf_parser,
+    readme_block,
+    readme_tested_version,
+    tokenizer_dir,
+)
 
 from paravt.core.prompts import system_prompt
 from paravt.rewards.integrations import TESTED_VERSIONS
@@ -35,38 +41,6 @@ def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tokenizer_dir(tmp_path_factory.mktemp("openrlhf")))
-
-
-def openrlhf_parser() -> Any:
-    """The argument parser `python -m openrlhf.cli.train_ppo_ray` builds (its own code)."""
-    import openrlhf.cli
-
-    path = Path(openrlhf.cli.__file__).parent / "train_ppo_ray.py"
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    # the module's standard-library imports (argparse, datetime, ...), then its __main__ block
-    # up to parse_args; its other imports start ray, DeepSpeed and vLLM, which the parser needs not
-    body: list[ast.stmt] = [
-        node
-        for node in tree.body
-        if isinstance(node, (ast.Import, ast.ImportFrom))
-        and all(
-            (alias.name if isinstance(node, ast.Import) else node.module or "").split(".")[0]
-            in sys.stdlib_module_names
-            for alias in node.names
-        )
-    ]
-    main = next(
-        node
-        for node in tree.body
-        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)
-    )
-    for stmt in main.body:
-        if "parse_args" in ast.unparse(stmt):
-            break
-        body.append(stmt)
-    namespace: dict[str, Any] = {"__name__": "train_ppo_ray_parser"}
-    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), namespace)
-    return namespace["parser"]
 
 
 def readme_commands() -> list[list[str]]:

@@ -18,13 +18,12 @@ import importlib.metadata
 import json
 import re
 import shlex
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from shared import CALL, TRAIN_README, readme_block
+from shared import CALL, TRAIN_README, openrlhf_parser, readme_block
 
 from paravt.core.agent_config import SamplingParams as OurSampling
 from paravt.tools.crop import CropConfig, VideoReader
@@ -72,33 +71,6 @@ def processor() -> Any:
     from paravt.core.tiny import cached_tiny_qwen3vl
 
     return get_tokenizer(str(cached_tiny_qwen3vl(seed=0)), None, "left")
-
-
-def openrlhf_parser() -> Any:
-    """The argument parser of `python -m openrlhf.cli.train_ppo_ray` (its `__main__` block up to
-    `parse_args`, with its standard-library imports; the others start ray, DeepSpeed and vLLM)."""
-    import openrlhf.cli
-
-    path = Path(openrlhf.cli.__file__).parent / "train_ppo_ray.py"
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    body: list[ast.stmt] = [
-        node
-        for node in tree.body
-        if isinstance(node, (ast.Import, ast.ImportFrom))
-        and all(
-            (a.name if isinstance(node, ast.Import) else node.module or "").split(".")[0]
-            in sys.stdlib_module_names
-            for a in node.names
-        )
-    ]
-    main = next(n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test))
-    for stmt in main.body:
-        if "parse_args" in ast.unparse(stmt):
-            break
-        body.append(stmt)
-    namespace: dict[str, Any] = {"__name__": "train_ppo_ray_parser"}
-    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), namespace)
-    return namespace["parser"]
 
 
 def readme_args(workdir: Path) -> Any:

@@ -34,7 +34,7 @@ from paravt.rewards.integrations.openrlhf import (
     reward_func,
 )
 from paravt.rewards.integrations.trl import trl_reward_funcs, trl_reward_weights
-from paravt.rewards.integrations.verl import VerlScore, compute_score
+from paravt.rewards.integrations.verl import VerlScore, compute_score, verl_score
 
 __all__ = [
     "TESTED_VERSIONS",
@@ -57,4 +57,5 @@ __all__ = [
     "trl_reward_funcs",
     "trl_reward_weights",
     "vanilla_reward_fn",
+    "verl_score",
 ]

@@ -33,8 +33,9 @@ from paravt.rewards.integrations.common import (
     sample_from,
     split_completion,
 )
+from paravt.rewards.score import RewardBreakdown
 
-__all__ = ["VerlScore", "compute_score"]
+__all__ = ["VerlScore", "compute_score", "verl_score"]
 _MODULE = "paravt.rewards.integrations.verl"
 
 
@@ -50,12 +51,9 @@ class VerlScore(dict[str, float]):
         return dict.__getitem__(self, key)
 
 
-def _score_one(
-    cfg: RewardConfig, solution_str: Any, ground_truth: Any, extra_info: Any
-) -> VerlScore:
-    r = cached_score(
-        cfg, split_completion(solution_str), sample_from(ground_truth, extra_info=extra_info)
-    )
+def verl_score(r: RewardBreakdown) -> VerlScore:
+    """A `RewardBreakdown` as verl's reward dict (also what the ParaVT agent loop of
+    paravt-train reports as `reward_extra_info`)."""
     return VerlScore(
         score=r.total,
         acc=r.accuracy,
@@ -67,6 +65,15 @@ def _score_one(
         degenerate=float(r.degenerate is not None),
         judge_unavailable=float(r.judge == "unavailable"),
     )
+
+
+def _score_one(
+    cfg: RewardConfig, solution_str: Any, ground_truth: Any, extra_info: Any
+) -> VerlScore:
+    r = cached_score(
+        cfg, split_completion(solution_str), sample_from(ground_truth, extra_info=extra_info)
+    )
+    return verl_score(r)
 
 
 def compute_score(

@@ -57,7 +57,7 @@ from verl.experimental.agent_loop.agent_loop import (
 
 from paravt.core import AgentConfig, SamplingParams, run_episodes
 from paravt.rewards import RewardBreakdown
-from paravt.rewards.integrations import resolve_config
+from paravt.rewards.integrations import resolve_config, verl_score
 from paravt.train.integrations.agent import (
     CallbackEngine,
     RowTask,
@@ -86,17 +86,7 @@ def row_of(fields: Mapping[str, Any]) -> RowTask:
 
 def reward_extra_info(r: RewardBreakdown) -> dict[str, float]:
     """The reward's parts as verl logs them (the keys of `paravt.rewards.integrations.verl`)."""
-    return {
-        "score": r.total,
-        "acc": r.accuracy,
-        "format": r.format,
-        "base_format": r.base_format,
-        "anchor": r.anchor,
-        "tool": r.tool,
-        "penalty": r.penalty,
-        "degenerate": float(r.degenerate is not None),
-        "judge_unavailable": float(r.judge == "unavailable"),
-    }
+    return dict(verl_score(r))
 
 
 def _pil(image: Any) -> Any:
