@@ -12,6 +12,8 @@ generated tokens, so tool responses and sub-agent reports are never trained on a
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +31,7 @@ from paravt.core import (
 )
 from paravt.core.engines import HFChatEncoder
 from paravt.rewards import RewardBreakdown, RewardConfig, score_episode
+from paravt.rewards.integrations import sample_from
 from paravt.tools import VideoReader, default_reader
 
 # (prompt token ids, the trajectory's images as uint8 CHW tensors in prompt order, sampling)
@@ -36,6 +39,18 @@ from paravt.tools import VideoReader, default_reader
 GenerateFn = Callable[
     [list[int], list[Any], SamplingParams], Awaitable[tuple[list[int], list[float] | None]]
 ]
+
+
+def to_pil(image: Any) -> Any:
+    """A frame as the PIL image the frameworks pass to their servers and processors: a uint8
+    (3, H, W) torch tensor (our frames), an (H, W, 3) numpy array, or a PIL image (unchanged)."""
+    from PIL import Image  # lazy: pillow is loaded with the first frame a framework asks for
+
+    if isinstance(image, Image.Image):
+        return image
+    if hasattr(image, "permute"):  # torch, channels first
+        image = image.permute(1, 2, 0).contiguous().cpu().numpy()
+    return Image.fromarray(image)
 
 
 class CallbackEngine(HFChatEncoder):
@@ -97,26 +112,33 @@ class RowTask:
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> RowTask:
         """From a row with `video`, `question`, `answer` (and optionally `question_type`,
-        `options`, `key`), directly or in the reference's `extra_info` dict. A missing field is an
-        error naming it."""
+        `options`, `key`). The ground truth is read by paravt-rewards' row reader
+        (`sample_from`: `answer` or ground_truth / solution / label, directly or in the
+        reference's `extra_info` or verl's `reward_model`, dicts or JSON strings), so an episode
+        is scored against what the reward adapters read; `video` may sit in `extra_info` too. A
+        missing field is an error naming it."""
+        sample = sample_from(**row)
         extra = row.get("extra_info")
-        fields = dict(extra) if isinstance(extra, Mapping) else {}
-        fields.update({k: v for k, v in row.items() if v is not None})
-        missing = [k for k in ("video", "question", "answer") if not fields.get(k)]
+        if isinstance(extra, str) and extra.lstrip().startswith("{"):
+            with contextlib.suppress(ValueError):
+                extra = json.loads(extra)
+        nested = extra if isinstance(extra, Mapping) else {}
+        video = row.get("video") or nested.get("video")
+        found = {"video": video, "question": sample.question, "answer": sample.answer}
+        missing = [k for k, v in found.items() if not v]
         if missing:
             raise KeyError(
-                f"a ParaVT episode needs the row fields {missing} (present: {sorted(fields)})"
+                f"a ParaVT episode needs the row fields {missing} (present: "
+                f"{sorted({*row, *nested})})"
             )
-        options = fields.get("options")
-        if isinstance(options, Mapping):
-            options = [f"{k}. {v}" for k, v in options.items()]
+        key = row.get("key") or nested.get("key") or row.get("index") or nested.get("index")
         return cls(
-            video=str(fields["video"]),
-            question=str(fields["question"]),
-            answer=str(fields["answer"]),
-            question_type=str(fields.get("question_type") or "mcq"),
-            options=tuple(str(o) for o in options) if options else None,
-            key=str(fields.get("key") or fields.get("index") or ""),
+            video=str(video),
+            question=sample.question,
+            answer=sample.answer,
+            question_type=sample.question_type or "mcq",
+            options=sample.options,
+            key=str(key or ""),
         )
 
     @property

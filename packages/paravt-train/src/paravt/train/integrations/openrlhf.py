@@ -44,6 +44,7 @@ from paravt.train.integrations.agent import (
     RowTask,
     paravt_task,
     score_row_episode,
+    to_pil,
 )
 
 # The role ("main" or "subagent") of the trajectory being generated, set per request task.
@@ -93,13 +94,6 @@ def mm_train_inputs(trajectory: Trajectory) -> dict[str, Any] | None:
         "pixel_values": torch.cat([c.pixel_values for c in chunks]),
         "image_grid_thw": torch.stack([c.grid_thw for c in chunks]),
     }
-
-
-def _pil(image: Any) -> Any:
-    """A uint8 (3, H, W) tensor as the PIL image vLLM's `multi_modal_data` takes."""
-    from PIL import Image
-
-    return Image.fromarray(image.permute(1, 2, 0).contiguous().numpy())
 
 
 class _RoleEngine(CallbackEngine):
@@ -241,7 +235,7 @@ def make_openrlhf_paravt_agent(
                     params.top_p = sampling.top_p
                     params.top_k = sampling.top_k or -1
                     params.logprobs = None
-                mm = {"image": [_pil(f) for f in frames]} if frames else None
+                mm = {"image": [to_pil(f) for f in frames]} if frames else None
                 request = await llm_engine.generate(list(prompt_ids), params, multi_modal_data=mm)
                 out = request.outputs[0]
                 ids = [int(t) for t in out.token_ids]

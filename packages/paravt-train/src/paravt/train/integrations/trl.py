@@ -40,7 +40,7 @@ from paravt.core import (
     tool_response_message,
 )
 from paravt.tools import VideoReader, default_reader
-from paravt.train.integrations.agent import RowTask
+from paravt.train.integrations.agent import RowTask, to_pil
 
 TRL_SYSTEM_PROMPT = (
     "You are a video assistant that can look closer at parts of a long video. You see a sparse "
@@ -53,24 +53,13 @@ TRL_SYSTEM_PROMPT = (
 )
 
 
-def _pil(image: Any) -> Any:
-    """A frame (uint8 CHW torch tensor, HWC numpy array, or PIL image) as a PIL image."""
-    from PIL import Image
-
-    if isinstance(image, Image.Image):
-        return image
-    if hasattr(image, "permute"):  # torch, channels first
-        image = image.permute(1, 2, 0).cpu().numpy()
-    return Image.fromarray(image)
-
-
 def _blocks(parts: list[Any]) -> tuple[list[dict[str, Any]], list[Any]]:
     """Our message parts as TRL content blocks, and the images in order."""
     blocks: list[dict[str, Any]] = []
     images: list[Any] = []
     for part in parts:
         if isinstance(part, ImagePart):
-            image = _pil(part.image)
+            image = to_pil(part.image)
             images.append(image)
             blocks.append({"type": "image", "image": image})
         elif isinstance(part, TextPart) and part.text:

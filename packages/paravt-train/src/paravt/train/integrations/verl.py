@@ -65,6 +65,7 @@ from paravt.train.integrations.agent import (
     episode_samples,
     paravt_task,
     score_row_episode,
+    to_pil,
 )
 
 AGENT_NAME = "paravt"
@@ -74,29 +75,13 @@ __all__ = ["AGENT_NAME", "ParaVTAgentLoop", "reward_extra_info", "row_of"]
 def row_of(fields: Mapping[str, Any]) -> RowTask:
     """The ParaVT row of verl's dataset fields (the agent loop's `**kwargs`): `video`,
     `question`, `answer` (`question_type`, `options`) at the top level or in `extra_info`; the
-    answer may also be verl's `reward_model["ground_truth"]`."""
-    row = dict(fields)
-    extra = row.get("extra_info")
-    has_answer = row.get("answer") or (isinstance(extra, Mapping) and extra.get("answer"))
-    reward_model = row.get("reward_model")
-    if not has_answer and isinstance(reward_model, Mapping) and reward_model.get("ground_truth"):
-        row["answer"] = reward_model["ground_truth"]
-    return RowTask.from_row(row)
+    answer may also be verl's `reward_model["ground_truth"]` (`RowTask.from_row` reads them all)."""
+    return RowTask.from_row(fields)
 
 
 def reward_extra_info(r: RewardBreakdown) -> dict[str, float]:
     """The reward's parts as verl logs them (the keys of `paravt.rewards.integrations.verl`)."""
     return dict(verl_score(r))
-
-
-def _pil(image: Any) -> Any:
-    """A uint8 (3, H, W) tensor as the PIL image verl's loops pass around (ToolAgentLoop's
-    `image_data`), so the rollout server and verl's `_compute_multi_modal_inputs` see our pixels."""
-    from PIL import Image
-
-    if isinstance(image, Image.Image):
-        return image
-    return Image.fromarray(image.permute(1, 2, 0).contiguous().numpy())
 
 
 class _ServerGenerate:
@@ -131,7 +116,7 @@ class _ServerGenerate:
             request_id=request_id,
             prompt_ids=list(prompt_ids),
             sampling_params=params,
-            image_data=[_pil(img) for img in images] or None,
+            image_data=[to_pil(img) for img in images] or None,
             **extra,
         )
         ids = [int(t) for t in out.token_ids]
@@ -284,7 +269,7 @@ class ParaVTAgentLoop(AgentLoopBase):
             response_ids=sample.response_ids[:n],
             response_mask=sample.response_mask[:n],
             response_logprobs=sample.response_logprobs[:n] if logprobs else None,
-            multi_modal_data={"images": [_pil(img) for img in sample.images]},
+            multi_modal_data={"images": [to_pil(img) for img in sample.images]},
             reward_score=reward,
             num_turns=num_turns,
             metrics=metrics.model_copy(),
