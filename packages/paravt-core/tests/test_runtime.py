@@ -162,6 +162,49 @@ def test_think_prefix_is_part_of_the_parsed_response_but_not_of_the_generated_to
     assert ep2.final.think is None and ep2.answer == "B"
 
 
+def test_episode_token_budget_counts_tool_responses_and_ends_an_episode_that_cannot_answer() -> None:
+    """`max_episode_tokens`: a turn generates at most what is left of the budget, tool responses
+    are paid from it, and tool responses that do not fit end the episode unanswered (marked)."""
+    first = "look</think>" + call(0, 10) + call(20, 30)
+    answer = "done</think><answer>A</answer>"
+    (free,) = run_episodes_sync([task()], make_engine(first, answer))
+    prompt = free.main.loss_mask.index(1)  # the first prompt's tokens
+    after_prompt = len(free.main.token_ids) - prompt
+    assert free.answer == "A" and not free.truncated and after_prompt > len(first)
+
+    # room for everything: the same episode
+    (roomy,) = run_episodes_sync(
+        [task()], make_engine(first, answer), AgentConfig(max_episode_tokens=after_prompt)
+    )
+    assert roomy.answer == "A" and not roomy.truncated
+    assert roomy.main.token_ids == free.main.token_ids
+
+    # the answer turn gets only what is left: cut, finish_reason "length"
+    (cut,) = run_episodes_sync(
+        [task()], make_engine(first, answer), AgentConfig(max_episode_tokens=after_prompt - 10)
+    )
+    assert cut.turns[-1].finish_reason == "length" and cut.truncated and cut.answer is None
+    assert len(cut.main.token_ids) - prompt == after_prompt - 10
+
+    # the tool responses do not fit: the episode ends after the call turn, without an answer
+    toolbox = StaticToolbox()
+    (ended,) = run_episodes_sync(
+        [task(toolbox=toolbox)],
+        make_engine(first, answer),
+        AgentConfig(max_episode_tokens=len(first) + len(END_OF_TURN) + 5),
+    )
+    assert ended.budget_exhausted and ended.truncated and len(ended.turns) == 1
+    assert ended.num_tool_calls == 2 and [len(b) for b in toolbox.calls] == [2]  # the calls ran
+    assert ended.answer is None
+    assert len(ended.main.token_ids) - prompt == len(first) + len(END_OF_TURN)  # nothing appended
+
+    # a direct answer fits a budget a calling episode does not
+    (direct,) = run_episodes_sync(
+        [task()], make_engine(answer), AgentConfig(max_episode_tokens=len(first))
+    )
+    assert direct.answer == "A" and not direct.truncated
+
+
 def test_frames_mode_returns_frames_to_the_main_context_without_subagents() -> None:
     engine = make_engine("look</think>" + call(0, 4))
     (ep,) = run_episodes_sync([task()], engine, AgentConfig(tool_response="frames"))

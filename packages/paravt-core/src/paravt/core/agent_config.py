@@ -34,6 +34,14 @@ class AgentConfig(BaseModel):
 
     max_turns: int = Field(3, ge=1, description="Main-agent generations at most; the last answers.")
     max_parallel: int = Field(5, ge=1, description="crop_video calls executed per turn at most.")
+    max_episode_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Main-context tokens after the first prompt at most: every generated token "
+        "plus every appended tool response and note (verl's multi-turn `response_length`). A "
+        "turn generates at most what is left; tool responses that do not fit end the episode "
+        "without an answer (`Episode.budget_exhausted`). None: only the per-turn limit.",
+    )
     dispatch: Dispatch = Field(
         "parallel", description="'parallel': all calls of a turn; 'sequential': one call per turn."
     )

@@ -209,6 +209,9 @@ class Episode:
     subagents: list[Trajectory] = field(default_factory=list)
     turns: list[TurnRecord] = field(default_factory=list)
     forced_answer: bool = False  # the last turn was told to answer
+    # `AgentConfig.max_episode_tokens` ran out before the answer: the turn's tool responses did not
+    # fit in the main context, so the episode ended after its last generation
+    budget_exhausted: bool = False
     total_s: float = 0.0
 
     @property
@@ -218,6 +221,12 @@ class Episode:
     @property
     def answer(self) -> str | None:
         return self.final.answer
+
+    @property
+    def truncated(self) -> bool:
+        """The episode was cut by a token limit: its last generation hit the turn's limit (what
+        was left of the episode budget), or the episode budget ran out before the next turn."""
+        return self.budget_exhausted or (bool(self.turns) and self.turns[-1].finish_reason == "length")
 
     @property
     def num_tool_calls(self) -> int:

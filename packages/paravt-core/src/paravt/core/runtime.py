@@ -197,6 +197,9 @@ async def _run_episode(
     prefix: str,
 ) -> None:
     """One episode, turn by turn: generate -> parse -> its calls -> its sub-agents -> next prompt."""
+    main = state.episode.main
+    start = len(main.token_ids)  # the episode budget counts what comes after the first prompt
+    budget = config.max_episode_tokens
     try:
         for turn in range(1, config.max_turns + 1):
             sampling = config.sampling
@@ -204,12 +207,16 @@ async def _run_episode(
                 limit = protocol.final_max_new_tokens(state.task.answer_kind)  # type: ignore[arg-type]
                 if limit is not None:
                     sampling = sampling.model_copy(update={"max_new_tokens": limit})
+            if budget is not None:  # what is left of the episode budget (>= 1: checked below)
+                left = budget - (len(main.token_ids) - start)
+                if left < sampling.max_new_tokens:
+                    sampling = sampling.model_copy(update={"max_new_tokens": left})
             t0 = time.perf_counter()
-            (out,) = await scheduler.generate(index, [state.episode.main], sampling)
+            (out,) = await scheduler.generate(index, [main], sampling)
             generate_s = time.perf_counter() - t0
 
             state.last = out
-            state.episode.main.add_generated(out)
+            main.add_generated(out)
             response = prefix + out.text
             parsed = parse_response(response, max_num_frames=config.max_num_frames)
             calls = protocol.read_calls(response)
@@ -268,7 +275,13 @@ async def _run_episode(
                 messages.append(Message("user", note))
                 state.episode.forced_answer = True
             encoded = engine.encode_continuation(messages, previous=out, assistant_prefix=prefix)
-            state.episode.main.add_prompt(encoded, messages)
+            used = len(main.token_ids) - start + len(encoded.token_ids)
+            if budget is not None and used >= budget:
+                # no room left to generate after the tool responses: the episode ends here, as
+                # verl's tool agent loop ends when its response_length is reached
+                state.episode.budget_exhausted = state.done = True
+                break
+            main.add_prompt(encoded, messages)
     finally:
         state.episode.total_s = time.perf_counter() - state.started
         scheduler.finished()

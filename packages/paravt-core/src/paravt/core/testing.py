@@ -59,9 +59,11 @@ class ScriptedEngine:
         self.batches.append(list(trajectories))
         outs = []
         for traj in trajectories:
-            text = self.respond(traj)[: sampling.max_new_tokens]
+            full = self.respond(traj)
+            text = full[: sampling.max_new_tokens]
             ids = _ids(text)
-            outs.append(Generated(text, ids, [-0.5] * len(ids), "stop"))
+            finish = "length" if len(full) > len(text) else "stop"
+            outs.append(Generated(text, ids, [-0.5] * len(ids), finish))
         return outs
 
 

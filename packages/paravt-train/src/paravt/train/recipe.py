@@ -377,6 +377,13 @@ class RolloutSpec(_Strict):
     subagent_max_new_tokens: int = Field(256, ge=1, description="Sub-agent tokens at most.")
     max_turns: int = Field(3, ge=1, description="Main-agent turns; the last is forced to answer.")
     max_parallel: int = Field(5, ge=1, description="crop_video calls executed per turn at most.")
+    max_episode_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Main-context tokens after the prompt at most, tool responses included "
+        "(verl's multi-turn response_length): a call's response costs answer tokens, and an "
+        "episode whose tool responses do not fit ends without an answer. None: per-turn limit only.",
+    )
     dispatch: Literal["parallel", "sequential"] = Field(
         "parallel", description="All calls of a turn at once, or one call per turn (baseline)."
     )

@@ -29,6 +29,7 @@ def agent_config(recipe: RLRecipe, *, seed: int | None) -> AgentConfig:
     return AgentConfig(
         max_turns=r.max_turns,
         max_parallel=r.max_parallel,
+        max_episode_tokens=r.max_episode_tokens,
         dispatch=r.dispatch,
         tool_response=r.tool_response,
         think_prefix=r.think_prefix,

@@ -180,7 +180,7 @@ def episode_metrics(ro: Rollouts) -> dict[str, float]:
             else 0.0,
             "subagents_per_episode": mean([float(len(ep.subagents)) for ep in eps]),
             "gating/k_mean": mean([float(k) for k in ro.budgets]),
-            "truncated_rate": mean([float(ep.turns[-1].finish_reason == "length") for ep in eps]),
+            "truncated_rate": mean([float(ep.truncated) for ep in eps]),
         }
     )
     return out
