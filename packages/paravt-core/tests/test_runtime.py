@@ -205,6 +205,31 @@ def test_episode_token_budget_counts_tool_responses_and_ends_an_episode_that_can
     assert direct.answer == "A" and not direct.truncated
 
 
+def test_context_budget_counts_the_prompt_so_a_denser_overview_leaves_less_room() -> None:
+    """`max_context_tokens` caps the whole main context: the same calls fit after a short prompt
+    and not after a long one; a prompt that cannot fit at all is an error naming the episode."""
+    first = "look</think>" + call(0, 10) + call(20, 30)
+    answer = "done</think><answer>A</answer>"
+
+    def long_task(frames: int) -> AgentTask:
+        overview = [Frame("ov", float(i)) for i in range(frames)]
+        msgs = build_main_prompt("What colour?", overview, duration_s=60.0)
+        return AgentTask(f"k{frames}", msgs, StaticToolbox(duration_s=60.0), "What colour?")
+
+    (short,) = run_episodes_sync([long_task(1)], make_engine(first, answer))
+    (dense,) = run_episodes_sync([long_task(8)], make_engine(first, answer))
+    grow = len(dense.main.token_ids) - len(short.main.token_ids)  # the 7 extra overview frames
+    assert grow > 0
+    config = AgentConfig(max_context_tokens=len(short.main.token_ids) + grow // 2)
+    (fits,) = run_episodes_sync([long_task(1)], make_engine(first, answer), config)
+    (cut,) = run_episodes_sync([long_task(8)], make_engine(first, answer), config)
+    assert fits.answer == "A" and not fits.truncated
+    assert cut.truncated and cut.answer is None and len(cut.main.token_ids) <= config.max_context_tokens
+
+    with pytest.raises(ValueError, match=r"episode 'k8'.*max_context_tokens=10"):
+        run_episodes_sync([long_task(8)], make_engine(first), AgentConfig(max_context_tokens=10))
+
+
 def test_frames_mode_returns_frames_to_the_main_context_without_subagents() -> None:
     engine = make_engine("look</think>" + call(0, 4))
     (ep,) = run_episodes_sync([task()], engine, AgentConfig(tool_response="frames"))

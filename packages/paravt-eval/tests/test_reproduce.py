@@ -13,6 +13,7 @@ from paravt.eval.reproduce.cells import settle_step
 from paravt.eval.reproduce.claims import verdicts
 from paravt.eval.reproduce.paper import PAPER_COLUMNS, PAPER_PROTOCOL, parse_checkpoints
 from paravt.eval.reproduce.tables import Row, Summary, fmt, render_tables
+from paravt.train.miniature import COSTLY_CONTEXT_TOKENS
 
 
 @pytest.mark.slow
@@ -29,6 +30,10 @@ def test_quick_reproduce_writes_table2_chart_and_results_and_reuses_every_finish
     assert result.chart_path is not None and result.chart_path.stat().st_size > 10_000
     data = json.loads(result.json_path.read_text())
     assert data["seeds"] == [0, 1]
+    assert data["setup"]["task"] == "costly" and "Task variant `costly`" in md
+    # every arm trained and is evaluated in the task's context window (its recorded protocol)
+    recorded = json.loads((config.out / "seed0" / "grpo" / "final" / "agent_protocol.json").read_text())
+    assert recorded["max_context_tokens"] == COSTLY_CONTEXT_TOKENS
     para = data["rows"]["para_grpo"]
     assert len(para["curves"]) == 2 and len(para["curves"][0]["kappa"]) == config.rl_steps
     assert all(len(v) == 2 for v in para["accuracy"].values())  # one value per seed and K
@@ -123,6 +128,15 @@ def test_config_errors_name_the_fix(tmp_path: Path) -> None:
         ReproduceConfig(out=tmp_path, blocks=("A", "D"))
     with pytest.raises(ValueError, match="add --paper-splits"):
         ReproduceConfig(out=tmp_path, checkpoints=f"base={tmp_path}")
+
+
+def test_the_task_variants_named_in_the_config_are_the_miniatures() -> None:
+    from paravt.eval.reproduce.config import TASKS
+    from paravt.train.miniature import DEFAULT_TASK, TASKS as MINIATURE_TASKS
+
+    assert set(TASKS) == set(MINIATURE_TASKS) and ReproduceConfig().task == DEFAULT_TASK
+    with pytest.raises(ValueError, match="task 'cheap': one of costly, plain"):
+        ReproduceConfig(task="cheap")
 
 
 def test_checkpoints_are_parsed_per_stage_with_errors_naming_the_fix(tmp_path: Path) -> None:

@@ -42,6 +42,14 @@ class AgentConfig(BaseModel):
         "turn generates at most what is left; tool responses that do not fit end the episode "
         "without an answer (`Episode.budget_exhausted`). None: only the per-turn limit.",
     )
+    max_context_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Main-context tokens at most, the first prompt included (a server's context "
+        "length: vLLM's max_model_len, SGLang's context_length): a denser overview leaves less "
+        "room for tool responses and the answer; the same rules as max_episode_tokens after that. "
+        "A first prompt that does not fit is an error. None: no limit.",
+    )
     dispatch: Dispatch = Field(
         "parallel", description="'parallel': all calls of a turn; 'sequential': one call per turn."
     )

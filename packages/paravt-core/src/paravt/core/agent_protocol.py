@@ -253,6 +253,13 @@ class AgentProtocol(_Frozen):
         "forced_request: tool turns, then one forced request.",
     )
     max_parallel: int = Field(5, ge=1, description="crop_video calls run per turn at most.")
+    max_context_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Main-context tokens at most, prompt included (AgentConfig."
+        "max_context_tokens); None: no limit. Recorded by training runs that had one, so a "
+        "checkpoint is evaluated under the context it was trained in.",
+    )
 
     # ---------------------------------------------------------------------------- persistence
 
@@ -514,6 +521,7 @@ class AgentProtocol(_Frozen):
         values: dict[str, Any] = {
             "max_turns": self.runtime_max_turns(),
             "max_parallel": self.max_parallel,
+            "max_context_tokens": self.max_context_tokens,
             "tool_response": self.tool_result.form,
             "think_prefix": bool(self.assistant_prefix),
             "max_num_frames": self.crop.max_frames,

@@ -198,17 +198,16 @@ async def _run_episode(
 ) -> None:
     """One episode, turn by turn: generate -> parse -> its calls -> its sub-agents -> next prompt."""
     main = state.episode.main
-    start = len(main.token_ids)  # the episode budget counts what comes after the first prompt
-    budget = config.max_episode_tokens
     try:
+        cap = _context_cap(len(main.token_ids), config, state.task.key)  # main-context tokens at most
         for turn in range(1, config.max_turns + 1):
             sampling = config.sampling
             if turn == config.max_turns:  # a forced final request may have its own token limit
                 limit = protocol.final_max_new_tokens(state.task.answer_kind)  # type: ignore[arg-type]
                 if limit is not None:
                     sampling = sampling.model_copy(update={"max_new_tokens": limit})
-            if budget is not None:  # what is left of the episode budget (>= 1: checked below)
-                left = budget - (len(main.token_ids) - start)
+            if cap is not None:  # what is left of the budget (>= 1: checked below)
+                left = cap - len(main.token_ids)
                 if left < sampling.max_new_tokens:
                     sampling = sampling.model_copy(update={"max_new_tokens": left})
             t0 = time.perf_counter()
@@ -275,8 +274,7 @@ async def _run_episode(
                 messages.append(Message("user", note))
                 state.episode.forced_answer = True
             encoded = engine.encode_continuation(messages, previous=out, assistant_prefix=prefix)
-            used = len(main.token_ids) - start + len(encoded.token_ids)
-            if budget is not None and used >= budget:
+            if cap is not None and len(main.token_ids) + len(encoded.token_ids) >= cap:
                 # no room left to generate after the tool responses: the episode ends here, as
                 # verl's tool agent loop ends when its response_length is reached
                 state.episode.budget_exhausted = state.done = True
@@ -285,6 +283,23 @@ async def _run_episode(
     finally:
         state.episode.total_s = time.perf_counter() - state.started
         scheduler.finished()
+
+
+def _context_cap(prompt_tokens: int, config: AgentConfig, key: str) -> int | None:
+    """The main context's length limit in tokens (prompt included), from the episode budget
+    (counted after the prompt) and the context budget (counted from the start); None: no limit."""
+    caps = []
+    if config.max_episode_tokens is not None:
+        caps.append(prompt_tokens + config.max_episode_tokens)
+    if config.max_context_tokens is not None:
+        if prompt_tokens >= config.max_context_tokens:
+            raise ValueError(
+                f"episode {key!r}: its first prompt is {prompt_tokens} tokens, which leaves no room "
+                f"to generate in max_context_tokens={config.max_context_tokens}; raise "
+                "max_context_tokens or give the prompt fewer overview frames"
+            )
+        caps.append(config.max_context_tokens)
+    return min(caps) if caps else None
 
 
 async def _run_subagents(

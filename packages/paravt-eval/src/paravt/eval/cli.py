@@ -176,7 +176,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             fields[name] = tuple(
                 int(x) if name == "seeds" else x.strip().upper() for x in value.split(",")
             )
-    for name in ("sft_steps", "rl_steps", "n_eval"):
+    for name in ("sft_steps", "rl_steps", "n_eval", "task"):
         value = getattr(args, name)
         if value is not None:
             fields[name] = value
@@ -256,6 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--seeds", default=None, help="training seeds, comma separated (default: 0,1,2)"
     )
     rep.add_argument("--blocks", default=None, help="Table 2 blocks to run (default: A,B,C)")
+    rep.add_argument(
+        "--task",
+        choices=("costly", "plain"),
+        default=None,
+        help="the miniature's task variant: 'costly' (default: a context window that a tool "
+        "call overflows at the dense K = 8 overview, the paper's Tool Necessity Gap with a real "
+        "cost) or 'plain' (calls cost nothing, the task before it)",
+    )
     rep.add_argument("--sft-steps", type=int, default=None, help="SFT steps (default: 500)")
     rep.add_argument("--rl-steps", type=int, default=None, help="RL steps per arm (default: 30)")
     rep.add_argument("--n-eval", type=int, default=None, help="held-out videos (default: 64)")

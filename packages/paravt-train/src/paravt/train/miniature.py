@@ -160,6 +160,45 @@ ARMS: dict[str, Arm] = {
 }
 
 
+@dataclass(frozen=True)
+class Task:
+    """A variant of the miniature task: settings of the environment every arm shares."""
+
+    name: str
+    summary: str
+    rollout: tuple[str, ...] = ()  # recipe overrides of every RL arm (and of its evaluation)
+
+
+# The context window of the `costly` task (issue 25), picked by measurement with
+# experiments/tool_prior_paradox.py (the SFT policy of seed 0, 32 RL prompts x 8 episodes at
+# temperature 0.7, and the lengths of its episodes): the overview prompt is 307 / 328 / 367 tokens
+# at K = 2 / 4 / 8; a direct answer ends at 320-389 tokens; an episode with the two parallel calls
+# ends at 451-454 (K = 2), 472-475 (K = 4) and 513-522 (K = 8) tokens, one with a single call about
+# 65 tokens earlier. A window of 496 tokens is about halfway between: at the gated budgets both
+# calls fit with 20+ tokens to spare, at the dense K = 8 overview the two calls' answer is cut (by
+# 17+ tokens) while a single call or a direct answer fits. (The tiny tokenizers of seeds 0-3 count
+# the teacher traces within 2 tokens of each other, so the margins hold for every seed.) A ledge a
+# few tokens wide (514: 58% of those K = 8 episodes cut, 516: 3%) was rejected: it would turn on
+# a seed's verbosity, not on the call.
+COSTLY_CONTEXT_TOKENS = 496
+
+TASKS: dict[str, Task] = {
+    t.name: t
+    for t in (
+        Task(
+            "costly",
+            "a tool call costs context: the main context (prompt included) ends at "
+            f"{COSTLY_CONTEXT_TOKENS} tokens, so at the dense K = {TABLE2_FIXED_K} overview the answer "
+            "after two parallel calls does not fit (one call's does), while every episode fits at "
+            "the gated budgets",
+            (f"rollout.max_context_tokens={COSTLY_CONTEXT_TOKENS}",),
+        ),
+        Task("plain", "no context limit: a tool call never costs anything"),
+    )
+}
+DEFAULT_TASK = "costly"
+
+
 @dataclass
 class TaskData:
     """Where one copy of the task lives: SFT traces per overview budget, RL rows, held-out rows."""
@@ -242,13 +281,15 @@ def rl_recipe(
     parquet: Path,
     *,
     arm: Arm | None = None,
+    task: Task | None = None,
     seed: int = 0,
     steps: int = RL_STEPS,
     lr: float = LR,
     extra: Sequence[str] = (),
 ) -> RLRecipe:
     """An RL run from `init` on the rows of `parquet`: the smoke run's PARA-GRPO (`arm=None`:
-    gate over `GATED_K`, 4-frame overview otherwise) or one Table 2 arm."""
+    gate over `GATED_K`, 4-frame overview otherwise) or one Table 2 arm, in `task`'s environment
+    (None: no task settings, as the `plain` task)."""
     recipe = load_recipe(
         "tiny_paragrpo",
         [
@@ -263,6 +304,7 @@ def rl_recipe(
             f"optim.lr={lr}",
             f"max_steps={steps}",
             *(arm.overrides() if arm is not None else []),
+            *(task.rollout if task is not None else ()),
             *extra,
         ],
         stage="rl",

@@ -55,6 +55,7 @@ def trained_protocol(recipe: Any) -> AgentProtocol:
             subagent_max_new_tokens=rollout.subagent_max_new_tokens,
             max_turns=rollout.max_turns,
             max_parallel=rollout.max_parallel,
+            max_context_tokens=rollout.max_context_tokens,
         )
     return base.with_overrides(**changes)
 

@@ -384,6 +384,13 @@ class RolloutSpec(_Strict):
         "(verl's multi-turn response_length): a call's response costs answer tokens, and an "
         "episode whose tool responses do not fit ends without an answer. None: per-turn limit only.",
     )
+    max_context_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Main-context tokens at most, overview prompt included (a server's context "
+        "length): a denser overview leaves less room for tool responses; otherwise as "
+        "max_episode_tokens. None: no limit.",
+    )
     dispatch: Literal["parallel", "sequential"] = Field(
         "parallel", description="All calls of a turn at once, or one call per turn (baseline)."
     )

@@ -30,7 +30,7 @@ from paravt.eval.reproduce.progress import log
 from paravt.eval.synth_tasks import synth_documents
 
 SETTLED_STEPS = 5  # an RL row's f_tau / kappa: the mean of its last steps
-CURVE_KEYS = ("f_tau", "kappa", "accuracy", "reward/total", "tool_use_rate")
+CURVE_KEYS = ("f_tau", "kappa", "accuracy", "reward/total", "tool_use_rate", "truncated_rate")
 
 
 def cell_path(out: Path, seed: int, model: str, name: str) -> Path:

@@ -7,6 +7,9 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 BLOCKS = ("A", "B", "C")
+# the task variants of paravt.train.miniature.TASKS (named here so the config loads without torch;
+# tests/test_reproduce checks the two lists agree)
+TASKS = ("costly", "plain")
 # Overview budgets of the held-out columns: 8 (= duration / needle: the overview always shows the
 # square, the tool is optional), 4 and 2 (the overview usually misses it, the tool is needed).
 EVAL_BUDGETS = (8, 4, 2)
@@ -23,6 +26,12 @@ class ReproduceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     out: Path = Field(Path("runs/reproduce"), description="Output directory (cells are cached).")
+    task: str = Field(
+        "costly",
+        description="The miniature's task variant (paravt.train.miniature.TASKS): 'costly' (a "
+        "context window a tool call can overflow at the dense overview) or 'plain' (calls cost "
+        "nothing; the task before issue 25).",
+    )
     seeds: tuple[int, ...] = Field((0, 1, 2), min_length=1, description="Training seeds.")
     blocks: tuple[str, ...] = Field(BLOCKS, min_length=1, description="Table 2 blocks to run.")
     sft_steps: int = Field(500, ge=1, description="Cold-start SFT steps.")
@@ -47,6 +56,8 @@ class ReproduceConfig(BaseModel):
 
     @model_validator(mode="after")
     def _known_blocks(self) -> ReproduceConfig:
+        if self.task not in TASKS:
+            raise ValueError(f"task {self.task!r}: one of {', '.join(TASKS)}")
         bad = [b for b in self.blocks if b not in BLOCKS]
         if bad:
             raise ValueError(f"blocks {bad}: each block is one of {', '.join(BLOCKS)}")

@@ -160,6 +160,8 @@ def _setup(config: ReproduceConfig, n_docs: int) -> dict[str, Any]:
 
     arms = {a.name: a.describe() for a in m.ARMS.values()}
     return {
+        "task": config.task,
+        "task_summary": m.TASKS[config.task].summary,
         "seeds": list(config.seeds),
         "blocks": list(config.blocks),
         "sft_steps": config.sft_steps,
@@ -193,6 +195,8 @@ def render_report(s: Summary, config: ReproduceConfig) -> str:
         "for 2 s; 'What colour is the square?'. At K = 8 overview frames the overview always "
         "shows it (the tool is unnecessary); at K = 2 or 4 it usually misses it; two parallel "
         "crops over the halves of the video always find it.",
+        f"- Task variant `{st.get('task', 'plain')}`: {st.get('task_summary', 'no context limit')}"
+        " (the same for every arm and every evaluation).",
         f"- Seeds {st['seeds']}: each seed is its own untrained tiny model (weights and tokenizer) "
         "and its own SFT and RL sampling; the videos are the same for every seed. Mean ± sd over "
         "seeds; differences are paired by seed.",

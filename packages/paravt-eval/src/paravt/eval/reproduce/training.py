@@ -136,16 +136,31 @@ def ensure_seed(config: ReproduceConfig, seed: int, data: Any, arms: list[str]) 
     for name in arms:
         arm = m.ARMS[name]
         run = root / name
-        settings = {"steps": config.rl_steps, "seed": seed, "arm": arm.describe()}
+        settings = {
+            "steps": config.rl_steps,
+            "seed": seed,
+            "arm": arm.describe(),
+            "task": m.TASKS[config.task].summary,
+        }
         seconds = _finished(run, settings)
         if seconds is None:
             # lazy: the optional extra paravt-eval[train]
             from paravt.train import train_rl
 
             recipe = m.rl_recipe(
-                run, runs.sft, data.rl, arm=arm, seed=seed, steps=config.rl_steps, extra=common
+                run,
+                runs.sft,
+                data.rl,
+                arm=arm,
+                task=m.TASKS[config.task],
+                seed=seed,
+                steps=config.rl_steps,
+                extra=common,
             )
-            log(f"seed {seed}: RL arm {name} ({arm.describe()}), {config.rl_steps} steps")
+            log(
+                f"seed {seed}: RL arm {name} ({arm.describe()}; task {config.task}), "
+                f"{config.rl_steps} steps"
+            )
             t0 = time.perf_counter()
             train_rl(recipe)
             seconds = _mark_done(run, settings, time.perf_counter() - t0)
@@ -163,6 +178,7 @@ def rl_recipe_for_stats(config: ReproduceConfig, seed: int, init: Path, data: An
         init,
         data.rl,
         arm=m.ARMS["para_grpo"],
+        task=m.TASKS[config.task],
         seed=seed,
         steps=1,
         extra=["logging.progress=false", f"distributed.device={config.device}"],

@@ -30,6 +30,7 @@ def agent_config(recipe: RLRecipe, *, seed: int | None) -> AgentConfig:
         max_turns=r.max_turns,
         max_parallel=r.max_parallel,
         max_episode_tokens=r.max_episode_tokens,
+        max_context_tokens=r.max_context_tokens,
         dispatch=r.dispatch,
         tool_response=r.tool_response,
         think_prefix=r.think_prefix,
