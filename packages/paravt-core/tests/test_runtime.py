@@ -162,7 +162,9 @@ def test_think_prefix_is_part_of_the_parsed_response_but_not_of_the_generated_to
     assert ep2.final.think is None and ep2.answer == "B"
 
 
-def test_episode_token_budget_counts_tool_responses_and_ends_an_episode_that_cannot_answer() -> None:
+def test_episode_token_budget_counts_tool_responses_and_ends_an_episode_that_cannot_answer() -> (
+    None
+):
     """`max_episode_tokens`: a turn generates at most what is left of the budget, tool responses
     are paid from it, and tool responses that do not fit end the episode unanswered (marked)."""
     first = "look</think>" + call(0, 10) + call(20, 30)
@@ -224,7 +226,11 @@ def test_context_budget_counts_the_prompt_so_a_denser_overview_leaves_less_room(
     (fits,) = run_episodes_sync([long_task(1)], make_engine(first, answer), config)
     (cut,) = run_episodes_sync([long_task(8)], make_engine(first, answer), config)
     assert fits.answer == "A" and not fits.truncated
-    assert cut.truncated and cut.answer is None and len(cut.main.token_ids) <= config.max_context_tokens
+    assert (
+        cut.truncated
+        and cut.answer is None
+        and len(cut.main.token_ids) <= config.max_context_tokens
+    )
 
     with pytest.raises(ValueError, match=r"episode 'k8'.*max_context_tokens=10"):
         run_episodes_sync([long_task(8)], make_engine(first), AgentConfig(max_context_tokens=10))

@@ -11,9 +11,11 @@ import pytest
 from paravt.eval.reproduce import ReproduceConfig, run_reproduce
 from paravt.eval.reproduce.cells import settle_step
 from paravt.eval.reproduce.claims import verdicts
+from paravt.eval.reproduce.config import TASKS
 from paravt.eval.reproduce.paper import PAPER_COLUMNS, PAPER_PROTOCOL, parse_checkpoints
 from paravt.eval.reproduce.tables import Row, Summary, fmt, render_tables
-from paravt.train.miniature import COSTLY_CONTEXT_TOKENS
+from paravt.train.miniature import COSTLY_CONTEXT_TOKENS, DEFAULT_TASK
+from paravt.train.miniature import TASKS as MINIATURE_TASKS
 
 
 @pytest.mark.slow
@@ -32,7 +34,9 @@ def test_quick_reproduce_writes_table2_chart_and_results_and_reuses_every_finish
     assert data["seeds"] == [0, 1]
     assert data["setup"]["task"] == "costly" and "Task variant `costly`" in md
     # every arm trained and is evaluated in the task's context window (its recorded protocol)
-    recorded = json.loads((config.out / "seed0" / "grpo" / "final" / "agent_protocol.json").read_text())
+    recorded = json.loads(
+        (config.out / "seed0" / "grpo" / "final" / "agent_protocol.json").read_text()
+    )
     assert recorded["max_context_tokens"] == COSTLY_CONTEXT_TOKENS
     para = data["rows"]["para_grpo"]
     assert len(para["curves"]) == 2 and len(para["curves"][0]["kappa"]) == config.rl_steps
@@ -131,9 +135,6 @@ def test_config_errors_name_the_fix(tmp_path: Path) -> None:
 
 
 def test_the_task_variants_named_in_the_config_are_the_miniatures() -> None:
-    from paravt.eval.reproduce.config import TASKS
-    from paravt.train.miniature import DEFAULT_TASK, TASKS as MINIATURE_TASKS
-
     assert set(TASKS) == set(MINIATURE_TASKS) and ReproduceConfig().task == DEFAULT_TASK
     with pytest.raises(ValueError, match="task 'cheap': one of costly, plain"):
         ReproduceConfig(task="cheap")

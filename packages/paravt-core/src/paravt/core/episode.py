@@ -226,7 +226,9 @@ class Episode:
     def truncated(self) -> bool:
         """The episode was cut by a token limit: its last generation hit the turn's limit (what
         was left of the episode budget), or the episode budget ran out before the next turn."""
-        return self.budget_exhausted or (bool(self.turns) and self.turns[-1].finish_reason == "length")
+        return self.budget_exhausted or (
+            bool(self.turns) and self.turns[-1].finish_reason == "length"
+        )
 
     @property
     def num_tool_calls(self) -> int:

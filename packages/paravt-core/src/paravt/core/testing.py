@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from paravt.core.protocol import CropVideoArgs, Frame, ImagePart, Message, ToolOutput
-from paravt.core.runtime import Encoded, Generated, SamplingParams, Trajectory
+from paravt.core.runtime import Encoded, FinishReason, Generated, SamplingParams, Trajectory
 
 IMAGE_TOKEN = 0
 END_OF_TURN = "\x03"  # the scripted engine's end-of-turn token (one character)
@@ -62,7 +62,7 @@ class ScriptedEngine:
             full = self.respond(traj)
             text = full[: sampling.max_new_tokens]
             ids = _ids(text)
-            finish = "length" if len(full) > len(text) else "stop"
+            finish: FinishReason = "length" if len(full) > len(text) else "stop"
             outs.append(Generated(text, ids, [-0.5] * len(ids), finish))
         return outs
 

@@ -166,7 +166,7 @@ def episode_output(
         "observation_tokens": tokens,
         "action_ranges": action_ranges(main.loss_mask),
         "rollout_log_probs": [float(x) for x in main.logprobs] if with_logprobs else None,
-        "truncated": bool(episode.turns and episode.turns[-1].finish_reason == "length"),
+        "truncated": episode.truncated,
         "extra_logs": logs,
     }
 
