@@ -199,9 +199,8 @@ async def _run_episode(
     """One episode, turn by turn: generate -> parse -> its calls -> its sub-agents -> next prompt."""
     main = state.episode.main
     try:
-        cap = _context_cap(
-            len(main.token_ids), config, state.task.key
-        )  # main-context tokens at most
+        # main-context tokens at most (None: no limit)
+        cap = _context_cap(len(main.token_ids), config, state.task.key)
         for turn in range(1, config.max_turns + 1):
             sampling = config.sampling
             if turn == config.max_turns:  # a forced final request may have its own token limit
