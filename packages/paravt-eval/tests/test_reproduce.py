@@ -94,6 +94,8 @@ def test_verdicts_are_paired_by_seed_and_say_mixed_when_not_every_seed_agrees() 
     assert by_claim["SFT cold start transfers the tool-call format"] == "shown"
     assert by_claim["Vanilla GRPO collapses tool calls"] == "mixed"  # lower, not below half
     assert by_claim["nFrames Gating keeps tools in use"] == "shown"
+    # GRPO below half of SFT's kappa in seeds 0 and 2 only (0.5 vs 0.7 in seed 1)
+    assert by_claim["PARA-GRPO keeps the tool in use where vanilla GRPO drops it"] == "mixed"
     # anchoring alone: f_tau +0.1, -0.1, +0.1 against GRPO
     assert by_claim["Exploration Anchoring keeps the format under temperature"] == "mixed"
     # PARA-GRPO beats GRPO and anchoring alone in every seed, gating alone in 2 of 3
@@ -102,6 +104,20 @@ def test_verdicts_are_paired_by_seed_and_say_mixed_when_not_every_seed_agrees() 
         "mixed"  # +0.1, 0, +0.05: not in every seed
     )
     assert by_claim["PARA-GRPO improves on the SFT cold start"] == "shown"
+
+
+def test_the_paradox_claim_needs_the_collapse_and_the_kept_calls_in_every_seed() -> None:
+    def claim(grpo_kappa: list[float], para_kappa: list[float]) -> str:
+        s = _summary()
+        s.rows["grpo"].kappa = grpo_kappa
+        s.rows["para_grpo"].kappa = para_kappa
+        by_claim = {v.claim.split(" (")[0]: v.verdict for v in verdicts(s)}
+        return by_claim["PARA-GRPO keeps the tool in use where vanilla GRPO drops it"]
+
+    assert claim([0.0, 0.02, 0.1], [1.9, 0.3, 0.5]) == "shown"  # SFT 0.6, 0.7, 0.5
+    assert claim([0.0, 0.02, 0.1], [1.9, 0.03, 0.5]) == "mixed"  # seed 1 kept nothing either
+    assert claim([0.0, 0.02, 0.1], [0.05, 0.03, 0.15]) == "not shown"  # nobody kept calls
+    assert claim([1.5, 1.6, 1.4], [1.9, 1.8, 2.0]) == "not shown"  # no collapse to prevent
 
 
 def test_settle_step_is_where_the_moving_average_stops_moving() -> None:

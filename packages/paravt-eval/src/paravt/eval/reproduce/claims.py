@@ -81,6 +81,35 @@ def verdicts(s: Summary) -> list[Verdict]:
                 "every seed",
             )
         )
+    if sft and grpo and para:
+        # the paper's title claim: vanilla collapses (below half of SFT's kappa) while PARA-GRPO
+        # keeps calling: at least twice vanilla's kappa and above 0.1 (the paper: 0.21 vs 0.02)
+        per_seed = []
+        for b, g, p in zip(sft.kappa, grpo.kappa, para.kappa):
+            if b is None or g is None or p is None or math.isnan(b + g + p):
+                continue
+            per_seed.append(g < 0.5 * b and p > max(2 * g, 0.1))
+        v = (
+            "not run"
+            if not per_seed
+            else "shown"
+            if all(per_seed)
+            else "mixed"
+            if any(per_seed)
+            else "not shown"
+        )
+        out.append(
+            Verdict(
+                "PARA-GRPO keeps the tool in use where vanilla GRPO drops it (the Tool Prior "
+                "Paradox)",
+                "kappa 0.02 (GRPO) vs 0.21 (PARA-GRPO), from 2.50 after SFT",
+                v,
+                f"kappa {fmt(grpo.kappa)} (GRPO) vs {fmt(para.kappa)} (PARA-GRPO), from "
+                f"{fmt(sft.kappa)} (SFT); PARA-GRPO - GRPO {_d(para.kappa, grpo.kappa)}; 'shown' "
+                "needs, in every seed, GRPO below half of SFT's kappa and PARA-GRPO above twice "
+                "GRPO's and above 0.1",
+            )
+        )
     components = (
         ("gating_only", "kappa", "nFrames Gating keeps tools in use", "0.02", "1.36", "gating", ""),
         (
