@@ -7,6 +7,7 @@ from pathlib import Path
 from paravt.core.agent_protocol import AgentProtocol
 from paravt.train.protocol import save_trained_protocol, trained_protocol
 from paravt.train.recipe import load_recipe
+from paravt.train.rl.rollouts import agent_config
 
 
 def test_an_rl_recipe_records_its_frames_budgets_modes_and_limits(tmp_path: Path) -> None:
@@ -22,6 +23,8 @@ def test_an_rl_recipe_records_its_frames_budgets_modes_and_limits(tmp_path: Path
             "rollout.max_parallel=5",
             "video.overview_frames=4",
             "video.max_crop_frames=4",
+            "rollout.max_context_tokens=496",
+            "rollout.max_episode_tokens=300",
         ],
     )
     protocol = trained_protocol(recipe)
@@ -33,6 +36,11 @@ def test_an_rl_recipe_records_its_frames_budgets_modes_and_limits(tmp_path: Path
     assert (protocol.max_turns, protocol.max_parallel) == (3, 5)
     config = protocol.agent_config()
     assert config.max_turns == 3 and config.max_num_frames == 4 and config.think_prefix
+    # the context window is the environment's, so evaluation gets it; the episode budget is a
+    # training limit (the rollouts' agent config has both)
+    assert protocol.max_context_tokens == 496 and config.max_context_tokens == 496
+    rollouts = agent_config(recipe, seed=0)
+    assert (rollouts.max_context_tokens, rollouts.max_episode_tokens) == (496, 300)
 
     final = tmp_path / "final"
     save_trained_protocol(final, recipe)  # no checkpoint there: nothing written
