@@ -63,7 +63,7 @@ def main() -> None:
     ]
     for seed in args.seeds:
         root = args.run / f"seed{seed}"
-        out = args.out.parent / f"{args.out.stem}-runs" / f"seed{seed}"
+        out = args.run / "controls" / f"{args.arm}-lr0" / f"seed{seed}"
         recipe = m.rl_recipe(
             out,
             root / "sft" / "final",
