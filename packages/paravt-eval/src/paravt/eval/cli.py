@@ -246,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the ablation arms) for several seeds, evaluate every checkpoint on held-out videos, and "
         "write OUT/tables.md (Table 2 blocks A/B/C, mean ± sd over seeds, and a results section "
         "per paper claim), OUT/tables.json and OUT/curves.png. Finished runs and cells are "
-        "reused, so an interrupted run continues. The default takes about 50 minutes on 2 CPU "
+        "reused, so an interrupted run continues. The default takes about an hour on 2 CPU "
         "cores; --blocks A,C drops the four block-B arms.",
     )
     rep.add_argument(

@@ -19,8 +19,8 @@ class ReproduceConfig(BaseModel):
     """The paper's Table 2 in miniature (and, with `paper_splits`, Table 1 on the paper's splits).
 
     Defaults are the full run: 3 training seeds, blocks A, B and C, 30 RL steps per arm, 64
-    held-out videos per column (about 50 minutes on 2 CPU cores). `quick()` is the variant the
-    test suite runs.
+    held-out videos per column, on the `costly` task (about an hour on 2 CPU cores). `quick()`
+    is the variant the test suite runs.
     """
 
     model_config = ConfigDict(extra="forbid")
