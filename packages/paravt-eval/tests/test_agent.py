@@ -217,6 +217,13 @@ def test_a_checkpoint_that_records_its_protocol_is_evaluated_under_it(tmp_path):
     with pytest.raises(ValueError, match="neither paravt nor paper"):
         parse_eval_config({"pretrained": str(tmp_path), "protocol": "papr"})
 
+    # a context window the checkpoint was trained in is evaluated too; a flag lifts or sets it
+    (tmp_path / "ctx").mkdir()
+    recorded.with_overrides(max_context_tokens=496).save(tmp_path / "ctx")
+    assert EvalConfig(pretrained=str(tmp_path / "ctx")).agent_config().max_context_tokens == 496
+    lifted = EvalConfig(pretrained=str(tmp_path / "ctx"), max_context_tokens=4096)
+    assert lifted.agent_config().max_context_tokens == 4096
+
 
 def test_the_video_url_channel_is_for_servers_only(tmp_path):
     with pytest.raises(ValueError, match="video_url hands the video file to a server"):

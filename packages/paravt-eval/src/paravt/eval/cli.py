@@ -68,6 +68,13 @@ def _add_protocol_args(p: argparse.ArgumentParser) -> None:
         help="a sub-agent summarises each crop, or the frames return to the main agent",
     )
     g.add_argument("--max-new-tokens", type=int, default=None, help="tokens per main turn")
+    g.add_argument(
+        "--max-context-tokens",
+        type=int,
+        default=None,
+        help="main-context tokens at most, prompt included (default: the protocol's; a "
+        "checkpoint trained with a context window records it)",
+    )
     g.add_argument("--temperature", type=float, default=None, help="0 is greedy")
     g.add_argument("--max-pixels", type=int, default=None, help="pixel budget per frame")
     g.add_argument(
@@ -94,6 +101,7 @@ def _protocol(args: argparse.Namespace) -> dict[str, object]:
         "dispatch": args.dispatch,
         "tool_response": args.tool_response,
         "max_new_tokens": args.max_new_tokens,
+        "max_context_tokens": args.max_context_tokens,
         "temperature": args.temperature,
         "max_pixels": args.max_pixels,
         "max_crop_frames": args.max_crop_frames,

@@ -87,6 +87,12 @@ class EvalConfig(BaseModel):
         "frames: the cropped frames return into the main context.",
     )
     max_new_tokens: int | None = Field(None, ge=1, le=32768, description="Tokens per turn.")
+    max_context_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Main-context tokens at most, prompt included (default: the protocol's; "
+        "a checkpoint trained with a context window records it).",
+    )
     subagent_max_new_tokens: int | None = Field(
         None, ge=1, le=32768, description="Tokens per summary."
     )
@@ -210,6 +216,7 @@ class EvalConfig(BaseModel):
             "max_turns",
             "max_parallel",
             "max_new_tokens",
+            "max_context_tokens",
             "subagent_max_new_tokens",
             "temperature",
             "include_video_path",
