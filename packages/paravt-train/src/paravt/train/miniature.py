@@ -173,13 +173,14 @@ class Task:
 # experiments/tool_prior_paradox.py (the SFT policy of seed 0, 32 RL prompts x 8 episodes at
 # temperature 0.7, and the lengths of its episodes): the overview prompt is 307 / 328 / 367 tokens
 # at K = 2 / 4 / 8; a direct answer ends at 320-389 tokens; an episode with the two parallel calls
-# ends at 451-454 (K = 2), 472-475 (K = 4) and 513-522 (K = 8) tokens, one with a single call about
-# 65 tokens earlier. A window of 496 tokens is about halfway between: at the gated budgets both
-# calls fit with 20+ tokens to spare, at the dense K = 8 overview the two calls' answer is cut (by
-# 17+ tokens) while a single call or a direct answer fits. (The tiny tokenizers of seeds 0-3 count
-# the teacher traces within 2 tokens of each other, so the margins hold for every seed.) A ledge a
-# few tokens wide (514: 58% of those K = 8 episodes cut, 516: 3%) was rejected: it would turn on
-# a seed's verbosity, not on the call.
+# ends at 451-454 (K = 2), 472-475 (K = 4) and 513-522 (K = 8) tokens (the reproduce run's SFT
+# policies of seeds 0, 1 and 2 too: 513-522 at K = 8, of which 75 tokens are the calling turn and
+# 55-57 the two tool responses). A window of 496 tokens is about halfway between: at the gated
+# budgets both calls fit with 20+ tokens to spare, at the dense K = 8 overview the two calls' answer
+# is cut (by 17+ tokens) while a direct answer fits, and so should a single call (one call block
+# and one tool response fewer: an estimate from those parts; the SFT policy never makes one). A
+# ledge a few tokens wide (514: 58% of those K = 8 episodes cut, 516: 3%) was rejected: it would
+# turn on a seed's verbosity, not on the call.
 COSTLY_CONTEXT_TOKENS = 496
 
 TASKS: dict[str, Task] = {
@@ -189,7 +190,7 @@ TASKS: dict[str, Task] = {
             "costly",
             "a tool call costs context: the main context (prompt included) ends at "
             f"{COSTLY_CONTEXT_TOKENS} tokens, so at the dense K = {TABLE2_FIXED_K} overview the answer "
-            "after two parallel calls does not fit (one call's does), while every episode fits at "
+            "after two parallel calls does not fit (a single call's should), while every episode fits at "
             "the gated budgets",
             (f"rollout.max_context_tokens={COSTLY_CONTEXT_TOKENS}",),
         ),
