@@ -23,6 +23,30 @@ from pathlib import Path
 from typing import Any
 
 
+def arm_recipe_from_run(
+    run: Path, arm: str, seed: int, out: Path, *, extra: list[str], lr: float | None = None
+) -> tuple[Any, str]:
+    """The recipe of `arm` of the finished reproduce run `run` for `seed`, writing to `out`: from
+    that seed's SFT checkpoint, on the run's RL prompts, with its task (as its tables.json
+    records it) and its RL steps, plus `extra` overrides (and `lr`). Returns (recipe, task name)."""
+    import paravt.train.miniature as m
+
+    task = json.loads((run / "tables.json").read_text())["setup"]["task"]
+    done = json.loads((run / f"seed{seed}" / arm / "done.json").read_text())
+    recipe = m.rl_recipe(
+        out,
+        run / f"seed{seed}" / "sft" / "final",
+        run / "data" / "synth-rl" / "rl.parquet",
+        arm=m.ARMS[arm],
+        task=m.TASKS[task],
+        seed=seed,
+        steps=int(done["settings"]["steps"]),
+        **({"lr": lr} if lr is not None else {}),
+        extra=["logging.progress=false", *extra],
+    )
+    return recipe, task
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, default=Path("runs/reproduce"))
@@ -39,7 +63,6 @@ def main() -> None:
 
     import torch
 
-    import paravt.train.miniature as m
     from paravt.eval.reproduce.cells import (
         accuracy_cell,
         held_out_documents,
@@ -50,19 +73,17 @@ def main() -> None:
     from paravt.train.rl import train_rl
 
     torch.set_num_threads(1)
-    done = json.loads((args.run / f"seed{args.seeds[0]}" / args.arm / "done.json").read_text())
-    task = next(t for t in m.TASKS.values() if t.summary == done["settings"].get("task"))
-    steps = int(done["settings"]["steps"])
+    task = json.loads((args.run / "tables.json").read_text())["setup"]["task"]
     variant = f"{args.arm}_{args.name}"
     work = args.work or args.run / "variants"
-    config = ReproduceConfig(out=work, task=task.name)
+    config = ReproduceConfig(out=work, task=task)
     docs = held_out_documents(args.run / "data" / "synth-held" / "rl.parquet")
     result: dict[str, Any] = {
         "run": str(args.run),
         "arm": args.arm,
         "variant": variant,
         "overrides": args.override,
-        "task": task.name,
+        "task": task,
         "seeds": {},
     }
     for seed in args.seeds:
@@ -70,16 +91,7 @@ def main() -> None:
         out = work / f"seed{seed}" / variant
         t0 = time.perf_counter()
         if not (out / "final" / "config.json").is_file():
-            recipe = m.rl_recipe(
-                out,
-                root / "sft" / "final",
-                args.run / "data" / "synth-rl" / "rl.parquet",
-                arm=m.ARMS[args.arm],
-                task=task,
-                seed=seed,
-                steps=steps,
-                extra=["logging.progress=false", *args.override],
-            )
+            recipe, _ = arm_recipe_from_run(args.run, args.arm, seed, out, extra=args.override)
             train_rl(recipe)
         seconds = round(time.perf_counter() - t0, 1)
         protocol = protocol_source(out / "final", args.run / "protocol")

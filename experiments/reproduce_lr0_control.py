@@ -44,17 +44,16 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import torch
+    from reproduce_arm_variant import arm_recipe_from_run  # this folder (a script's sys.path[0])
 
     import paravt.train.miniature as m
     from paravt.train.rl import train_rl
 
     torch.set_num_threads(1)
-    done = json.loads((args.run / f"seed{args.seeds[0]}" / args.arm / "done.json").read_text())
-    task = next(t for t in m.TASKS.values() if t.summary == done["settings"].get("task"))
-    steps = int(done["settings"]["steps"])
-    result: dict[str, Any] = {"run": str(args.run), "arm": args.arm, "task": task.name, "seeds": {}}
+    task = json.loads((args.run / "tables.json").read_text())["setup"]["task"]
+    result: dict[str, Any] = {"run": str(args.run), "arm": args.arm, "task": task, "seeds": {}}
     lines = [
-        f"`{args.arm}` arm of {args.run} (task `{task.name}`, {steps} RL steps), trained vs "
+        f"`{args.arm}` arm of {args.run} (task `{task}`), trained vs "
         "learning rate 0, mean of the first 5 -> last 5 steps:",
         "",
         "| seed | kappa trained | kappa lr 0 | truncated trained | truncated lr 0 "
@@ -64,16 +63,8 @@ def main() -> None:
     for seed in args.seeds:
         root = args.run / f"seed{seed}"
         out = args.run / "controls" / f"{args.arm}-lr0" / f"seed{seed}"
-        recipe = m.rl_recipe(
-            out,
-            root / "sft" / "final",
-            args.run / "data" / "synth-rl" / "rl.parquet",
-            arm=m.ARMS[args.arm],
-            task=task,
-            seed=seed,
-            steps=steps,
-            lr=m.LR_ZERO,
-            extra=["logging.progress=false", "checkpoint.save_final=false"],
+        recipe, _ = arm_recipe_from_run(
+            args.run, args.arm, seed, out, lr=m.LR_ZERO, extra=["checkpoint.save_final=false"]
         )
         t0 = time.perf_counter()
         train_rl(recipe)

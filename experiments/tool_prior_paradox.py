@@ -114,29 +114,10 @@ def arm_recipe(out: Path, init: Path, parquet: Path, arm: str, seed: int, steps:
 
 def probe(model: Path, recipe: Any, examples: list[Any]) -> dict[str, float]:
     """Rollouts of `model` under `recipe` without an update: what GRPO's first step would see."""
-    from paravt.core.engines.hf import HFEngine
-    from paravt.train.frames import FrameSource
-    from paravt.train.modeling import load_model_and_processor, pick_device
-    from paravt.train.rl import (
-        build_gate,
-        build_reward_config,
-        episode_metrics,
-        rollout,
-        score_rollouts,
-    )
+    import paravt.train.miniature as m
+    from paravt.train.rl import episode_metrics
 
-    device = pick_device(recipe.distributed.device)
-    net, processor = load_model_and_processor(recipe.model, device, path=model)
-    ro = rollout(
-        list(examples),
-        HFEngine(net, processor),
-        FrameSource(recipe.video),
-        build_gate(recipe),
-        recipe,
-        epoch=0,
-        seed=12345,
-    )
-    score_rollouts(ro, build_reward_config(recipe), recipe)
+    ro = m.scored_rollouts(model, recipe, examples)
     out = {k: episode_metrics(ro).get(k, float("nan")) for k in CURVE_KEYS}
     # call: a call was executed; broken: a call was attempted (a tool tag written) and none ran;
     # skip: no attempt. GRPO reinforces the attempt, so broken attempts count against calling.

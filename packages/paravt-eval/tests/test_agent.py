@@ -66,6 +66,33 @@ def test_a_parallel_turn_is_traced_with_windows_summaries_and_the_answer(config)
     assert [len(batch) for batch in source.toolboxes["v.mp4"].calls] == [2]
 
 
+def test_an_answer_cut_by_the_context_window_is_traced_and_counted_as_truncated(tmp_path):
+    # ScriptedEngine counts one token per character: the prompt and the calling turn fit in
+    # this window, the two tool responses do not, so the episode ends unanswered
+    source = FakeSource()
+    free = EvalAgent(
+        EvalConfig(pretrained=str(tmp_path), protocol="paravt", main_nframes=4),
+        engine=ScriptedEngine(respond),
+        source=source,
+    )
+    [whole] = free.run([VideoQuestion("k", "v.mp4", "What colour?")])
+    assert whole.answer == "B" and not whole.truncated
+    calling_turn_ends = whole.episode.main.loss_mask.index(1) + len(TWO_CALLS) + 5
+    config = EvalConfig(
+        pretrained=str(tmp_path),
+        protocol="paravt",
+        main_nframes=4,
+        max_context_tokens=calling_turn_ends + 10,
+    )
+    agent = EvalAgent(config, engine=ScriptedEngine(respond), source=source)
+    [cut] = agent.run([VideoQuestion("k", "v.mp4", "What colour?")])
+    assert cut.truncated and cut.answer is None and cut.num_tool_calls == 2
+    writer = TraceWriter(tmp_path / "traces.jsonl")
+    writer.write([cut, whole])
+    assert json.loads(writer.summary_path.read_text())["ask"]["truncated"] == 1
+    assert read_traces(writer.path)[0]["truncated"] is True
+
+
 def test_sequential_dispatch_runs_one_call_per_turn(tmp_path):
     config = EvalConfig(
         pretrained=str(tmp_path), protocol="paravt", main_nframes=4, dispatch="sequential"
@@ -131,6 +158,7 @@ def test_the_trace_writer_keeps_a_per_task_summary_consistent_with_the_traces(co
         "avg_tool_calls": (rows[0]["num_tool_calls"] + rows[1]["num_tool_calls"]) / 2,
         "tool_usage_rate": 0.5,
         "errored": 1,
+        "truncated": 0,
         "errors": {reason: {"count": 1, "example": f"doc 1: {rows[1]['error']}"}},
         "protocol": config.protocol_line(),
     }

@@ -34,6 +34,7 @@ class SampleTrace:
     num_call_attempts: int = 0
     num_tool_errors: int = 0
     forced_answer: bool = False
+    truncated: bool = False  # a token limit cut the episode (its answer may be missing)
     prepare_s: float = 0.0  # probing and decoding the overview
     total_s: float = 0.0  # the agent episode
     error: str | None = None
@@ -85,6 +86,7 @@ def trace_from_episode(
         num_call_attempts=episode.num_call_attempts,
         num_tool_errors=episode.num_tool_errors,
         forced_answer=episode.forced_answer,
+        truncated=episode.truncated,
         prepare_s=round(prepare_s, 4),
         total_s=round(episode.total_s, 4),
         episode=episode,
@@ -103,6 +105,7 @@ class TaskTally:
     tool_calls: int = 0
     used_tool: int = 0
     errored: int = 0
+    truncated: int = 0
     # reason -> {"count": n, "example": "doc D: the first such error in full"}
     errors: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -110,6 +113,7 @@ class TaskTally:
         self.samples += 1
         self.tool_calls += trace.num_tool_calls
         self.used_tool += int(trace.used_tool)
+        self.truncated += int(trace.truncated)
         if trace.error is not None:
             self.errored += 1
             entry = self.errors.setdefault(
@@ -125,6 +129,7 @@ class TaskTally:
             "avg_tool_calls": self.tool_calls / n if n else 0.0,
             "tool_usage_rate": self.used_tool / n if n else 0.0,
             "errored": self.errored,
+            "truncated": self.truncated,
             "errors": self.errors,
         }
 

@@ -343,16 +343,15 @@ def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
     return m, math.sqrt(var / n)
 
 
-def evaluate_held_out(model: Path, recipe: RLRecipe, examples: Sequence[Any]) -> Evaluation:
-    """`paravt.train.rl`'s rollout and scoring of `model` on `examples` (the recipe's temperature,
-    gate and group size; fixed seed), kept per prompt for standard errors and paired differences."""
-
+def scored_rollouts(model: Path, recipe: RLRecipe, examples: Sequence[Any]) -> Any:
+    """`paravt.train.rl`'s rollout and scoring of `model` on `examples` without an update (the
+    recipe's temperature, gate and group size; fixed seed): the `Rollouts` with rewards and
+    group advantages, what the recipe's first RL step would see."""
     device = pick_device(recipe.distributed.device)
     net, processor = load_model_and_processor(recipe.model, device, path=model)
-    engine = HFEngine(net, processor)
     ro = rollout(
         list(examples),
-        engine,
+        HFEngine(net, processor),
         FrameSource(recipe.video),
         build_gate(recipe),
         recipe,
@@ -360,6 +359,13 @@ def evaluate_held_out(model: Path, recipe: RLRecipe, examples: Sequence[Any]) ->
         seed=12345,
     )
     score_rollouts(ro, build_reward_config(recipe), recipe)
+    return ro
+
+
+def evaluate_held_out(model: Path, recipe: RLRecipe, examples: Sequence[Any]) -> Evaluation:
+    """`scored_rollouts` of `model` on `examples`, kept per prompt for standard errors and paired
+    differences."""
+    ro = scored_rollouts(model, recipe, examples)
     sums: dict[str, dict[str, list[float]]] = {}
     for ep, ex, r in zip(ro.episodes, ro.examples, ro.rewards):
         row = sums.setdefault(ex.key, {k: [] for k in SCORES})

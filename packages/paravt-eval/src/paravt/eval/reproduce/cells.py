@@ -127,6 +127,8 @@ def accuracy_cell(
             "kappa": sum(calls) / len(calls),
             "tool_use_rate": sum(c > 0 for c in calls) / len(calls),
             "errored": sum(1 for t in traces if t.error),
+            # answers a token limit cut (the costly task's context at K = 8), scored wrong
+            "truncated": sum(1 for t in traces if t.truncated),
             "documents": len(docs),
             "example": traces[0].turns[-1]["response"][:300] if traces[0].turns else "",
         }

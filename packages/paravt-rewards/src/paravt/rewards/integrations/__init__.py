@@ -25,6 +25,7 @@ from paravt.rewards.integrations.common import (
     check_framework_version,
     completion_text,
     resolve_config,
+    row_field,
     sample_from,
     split_completion,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "resolve_config",
     "reward_fn",
     "reward_func",
+    "row_field",
     "sample_from",
     "split_completion",
     "trl_reward_funcs",

@@ -51,6 +51,18 @@ def _options(value: Any) -> tuple[str, ...] | None:
     return None
 
 
+def row_field(fields: Mapping[str, Any], name: str) -> Any:
+    """A row's field at the top level, else in its `extra_info` or `reward_model` (dicts or JSON
+    objects, read as `sample_from` reads them); None when absent."""
+    if fields.get(name) is not None:
+        return fields[name]
+    for key in ("extra_info", "reward_model"):
+        m = _mapping(fields.get(key))
+        if m and m.get(name) is not None:
+            return m[name]
+    return None
+
+
 def sample_from(answer: Any = None, **fields: Any) -> Sample:
     """Build a `Sample` from a row's fields.
 

@@ -12,8 +12,6 @@ generated tokens, so tool responses and sub-agent reports are never trained on a
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +29,7 @@ from paravt.core import (
 )
 from paravt.core.engines import HFChatEncoder
 from paravt.rewards import RewardBreakdown, RewardConfig, score_episode
-from paravt.rewards.integrations import sample_from
+from paravt.rewards.integrations import row_field, sample_from
 from paravt.tools import VideoReader, default_reader
 
 # (prompt token ids, the trajectory's images as uint8 CHW tensors in prompt order, sampling)
@@ -118,20 +116,14 @@ class RowTask:
         is scored against what the reward adapters read; `video` may sit in `extra_info` too. A
         missing field is an error naming it."""
         sample = sample_from(**row)
-        extra = row.get("extra_info")
-        if isinstance(extra, str) and extra.lstrip().startswith("{"):
-            with contextlib.suppress(ValueError):
-                extra = json.loads(extra)
-        nested = extra if isinstance(extra, Mapping) else {}
-        video = row.get("video") or nested.get("video")
+        video = row_field(row, "video")
         found = {"video": video, "question": sample.question, "answer": sample.answer}
         missing = [k for k, v in found.items() if not v]
         if missing:
             raise KeyError(
-                f"a ParaVT episode needs the row fields {missing} (present: "
-                f"{sorted({*row, *nested})})"
+                f"a ParaVT episode needs the row fields {missing} (present: {sorted(row)})"
             )
-        key = row.get("key") or nested.get("key") or row.get("index") or nested.get("index")
+        key = row_field(row, "key") or row_field(row, "index")
         return cls(
             video=str(video),
             question=sample.question,
