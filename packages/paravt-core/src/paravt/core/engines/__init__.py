@@ -9,6 +9,8 @@
 - `paravt.core.engines.vllm_server.VLLMServerEngine` (extras `hf`, `openai`): vLLM servers for RL
   rollouts (our token ids, vLLM's sampled ids and log-probs; weights reloaded from disk with a
   checked version); checked against a real vLLM CPU server in `nox -s real_server`.
+- `paravt.core.engines.weights.ServerWeights`: the weight side both server engines share (a
+  versioned push from disk, `check_weights` against the trainer's log-probs).
 - `paravt.core.engines.scripted.ScriptedTurns`: wraps any token engine and replaces chosen main-agent
   turns with scripted text (demos and tests of a random model that never calls tools by itself).
 
@@ -30,7 +32,12 @@ if TYPE_CHECKING:  # pragma: no cover
         WeightUpdateGroup,
     )
     from paravt.core.engines.vllm_server import VLLMServer, VLLMServerEngine, VLLMServerError
-    from paravt.core.engines.weights import bucket_tensors, iter_buckets, write_checkpoint
+    from paravt.core.engines.weights import (
+        ServerWeights,
+        bucket_tensors,
+        iter_buckets,
+        write_checkpoint,
+    )
 
 # each name is loaded from its module when first used (the engines need the optional extras)
 _LAZY = {
@@ -48,6 +55,7 @@ _LAZY = {
     "VLLMServer": "paravt.core.engines.vllm_server",
     "VLLMServerEngine": "paravt.core.engines.vllm_server",
     "VLLMServerError": "paravt.core.engines.vllm_server",
+    "ServerWeights": "paravt.core.engines.weights",
     "bucket_tensors": "paravt.core.engines.weights",
     "iter_buckets": "paravt.core.engines.weights",
     "write_checkpoint": "paravt.core.engines.weights",
@@ -61,6 +69,7 @@ __all__ = [
     "SGLangServerEngine",
     "ScriptedTurns",
     "ServerError",
+    "ServerWeights",
     "StaleWeightsError",
     "VLLMServer",
     "VLLMServerEngine",

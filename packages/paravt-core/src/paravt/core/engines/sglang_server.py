@@ -73,7 +73,7 @@ from typing import Any
 
 from paravt.core.engines.hf import HFChatEncoder, ImageChunk
 from paravt.core.engines.openai import image_data_url
-from paravt.core.engines.weights import iter_buckets, write_checkpoint
+from paravt.core.engines.weights import ServerWeights, iter_buckets
 from paravt.core.runtime import Generated, SamplingParams, Trajectory
 
 log = logging.getLogger("paravt.core.sglang")
@@ -122,7 +122,7 @@ def _with_last(items: Iterable[Any]) -> Iterator[tuple[Any, bool]]:
     yield held, True
 
 
-class SGLangServerEngine(HFChatEncoder):
+class SGLangServerEngine(HFChatEncoder, ServerWeights):
     """`Engine` over one or more SGLang servers (or one router URL), native API, token ids in and out.
 
     `urls`: where generation requests go (a router URL, or the servers themselves; with several,
@@ -145,6 +145,8 @@ class SGLangServerEngine(HFChatEncoder):
     """
 
     continuous_batching = True  # the server batches: the runtime sends requests one by one
+    server_name = "SGLang"
+    server_errors = (ServerError, StaleWeightsError)
 
     def __init__(
         self,
@@ -635,37 +637,23 @@ class SGLangServerEngine(HFChatEncoder):
 
     # ------------------------------------------------------------------------------ weight sync
 
-    def push_weights_from_disk(
+    def _load_checkpoint(
         self,
-        named_tensors: Iterable[tuple[str, Any]],
-        directory: str | Path,
+        checkpoint: Path,
         version: str,
         *,
-        shard_bytes: int = 2 << 30,
-        config_files: Sequence[str | Path] = (),
-        load_format: str | None = None,
         pause: str | None = None,
-    ) -> Path:
-        """Save `(name, tensor)` pairs (checkpoint names) as safetensors shards of about
-        `shard_bytes` (written as they fill, one in memory at a time) under `directory/<version>/` (with the `config_files` copied beside them),
-        then ask every weight URL to load them (`/update_weights_from_disk`) as `version`.
-
-        `directory` must be readable by the servers under the same path (a shared or local disk).
-        `pause` ('retract' / 'in_place'): pause generation around the load only, so it does not
-        wait for requests in flight (see `pause_generation`). On success `expected_weight_version`
-        becomes `version`. Returns the checkpoint directory.
-        """
-        version = str(version)
-        target = write_checkpoint(
-            named_tensors, directory, version, shard_bytes=shard_bytes, config_files=config_files
-        )
-        body: dict[str, Any] = {"model_path": str(target), "weight_version": version}
+        load_format: str | None = None,
+    ) -> None:
+        """`/update_weights_from_disk` on every weight URL: load `checkpoint` as `version`
+        (`push_weights_from_disk` writes it first). `pause` ('retract' / 'in_place'): pause
+        generation around the load only, so it does not wait for requests in flight (see
+        `pause_generation`)."""
+        body: dict[str, Any] = {"model_path": str(checkpoint), "weight_version": version}
         if load_format:
             body["load_format"] = load_format
         with self._paused(pause):
             self._post_all("/update_weights_from_disk", body)
-        self.expected_weight_version = version
-        return target
 
     @contextlib.contextmanager
     def _paused(self, mode: str | None) -> Iterator[None]:

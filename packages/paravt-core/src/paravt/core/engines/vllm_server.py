@@ -28,14 +28,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from paravt.core.engines.hf import HFChatEncoder
 from paravt.core.engines.openai import OpenAIEngine, served_model_name
 from paravt.core.engines.sglang_server import _as_urls
-from paravt.core.engines.weights import write_checkpoint
+from paravt.core.engines.weights import ServerWeights
 from paravt.core.runtime import FinishReason, Generated, SamplingParams, Trajectory
 
 log = logging.getLogger("paravt.core.vllm")
@@ -165,7 +165,7 @@ class VLLMServer:
         return [float(entry[str(tok)]["logprob"]) for tok, entry in zip(ids[1:], entries[1:])]
 
 
-class VLLMServerEngine(HFChatEncoder):
+class VLLMServerEngine(HFChatEncoder, ServerWeights):
     """`Engine` over vLLM servers for RL rollouts: our token ids for training, vLLM's for sampling.
 
     Prompts are tokenized here (`HFChatEncoder`, as `HFEngine` and `SGLangServerEngine`); each
@@ -189,6 +189,8 @@ class VLLMServerEngine(HFChatEncoder):
     """
 
     continuous_batching = True  # the server batches: the runtime sends requests one by one
+    server_name = "vLLM"
+    server_errors = (VLLMServerError,)
 
     def __init__(
         self,
@@ -354,22 +356,19 @@ class VLLMServerEngine(HFChatEncoder):
         """The served log-probs of tokens 1..n-1 of `token_ids` (temperature 1)."""
         return self.servers[url or self.weight_urls[0]].prompt_logprobs(token_ids)
 
-    def push_weights_from_disk(
+    def _load_checkpoint(
         self,
-        named_tensors: Iterable[tuple[str, Any]],
-        directory: str | Path,
+        checkpoint: Path,
         version: str,
         *,
-        shard_bytes: int = 2 << 30,
-        config_files: Sequence[str | Path] = (),
         pause: str | None = None,
-    ) -> Path:
-        """Write the checkpoint under `directory/<version>/` and have every weight URL reload it
-        as `version` (generation paused around each load: `pause` mode, default 'wait')."""
-        target = write_checkpoint(
-            named_tensors, directory, version, shard_bytes=shard_bytes, config_files=config_files
-        )
+        load_format: str | None = None,
+    ) -> None:
+        """Every weight URL reloads `checkpoint` as `version` (`VLLMServer.reload_weights`,
+        generation paused around each load: `pause` mode, default 'wait')."""
+        if load_format:
+            raise ValueError(
+                f"load_format={load_format!r}: vLLM reloads the checkpoint's safetensors as they are"
+            )
         for url in self.weight_urls:
-            self.servers[url].reload_weights(target, str(version), pause=pause or "wait")
-        self.expected_weight_version = str(version)
-        return target
+            self.servers[url].reload_weights(checkpoint, version, pause=pause or "wait")

@@ -1,4 +1,5 @@
-"""Weights on their way to a rollout server: buckets of tensors, and checkpoints on disk.
+"""Weights on their way to a rollout server: buckets of tensors, checkpoints on disk, and the
+weight side every server client shares (`ServerWeights`).
 
 Both server engines use these: `SGLangServerEngine` (`/update_weights_from_disk`, and buckets over
 an NCCL group) and `VLLMServerEngine` (`reload_weights` from a directory).
@@ -7,12 +8,13 @@ an NCCL group) and `VLLMServerEngine` (`reload_weights` from a directory).
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-__all__ = ["bucket_tensors", "iter_buckets", "write_checkpoint"]
+__all__ = ["ServerWeights", "bucket_tensors", "iter_buckets", "write_checkpoint"]
 
 
 def iter_buckets(
@@ -82,3 +84,112 @@ def write_checkpoint(
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
     return target
+
+
+class ServerWeights:
+    """The weight side of a rollout-server client, one interface for SGLang and vLLM.
+
+    New weights go in as `(name, tensor)` pairs with a version (`push_weights_from_disk`: a
+    checkpoint written under `directory/<version>/`, then every weight URL loads it), and the
+    trainer checks what the servers hold (`check_weights`: every server's version, then its
+    log-probs of a fixed sequence against the trainer's own). A client sets `weight_urls`,
+    `expected_weight_version` (the version last pushed) and `prompt_token_mismatches` (prompts a
+    server tokenized otherwise than the trajectory), and implements `_load_checkpoint`, `health`,
+    `server_weight_versions` and `score`.
+    """
+
+    server_name: ClassVar[str] = "rollout"  # in messages: "SGLang server http://..."
+    server_errors: ClassVar[tuple[type[Exception], ...]] = ()  # what a failed request raises
+    weight_urls: list[str]
+    expected_weight_version: str | None
+    prompt_token_mismatches: int
+
+    def health(self) -> Any:
+        """Raise naming the servers that do not answer; what each one reports otherwise."""
+        raise NotImplementedError
+
+    def server_weight_versions(self) -> dict[str, str | None]:
+        """The weight version each weight URL serves."""
+        raise NotImplementedError
+
+    def score(self, token_ids: Sequence[int], *, url: str | None = None) -> list[float]:
+        """The served log-probs (temperature 1) of tokens 1..n-1 of `token_ids`."""
+        raise NotImplementedError
+
+    def _load_checkpoint(
+        self, checkpoint: Path, version: str, *, pause: str | None, load_format: str | None
+    ) -> None:
+        """Have every weight URL load the checkpoint directory `checkpoint` as `version`."""
+        raise NotImplementedError
+
+    def push_weights_from_disk(
+        self,
+        named_tensors: Iterable[tuple[str, Any]],
+        directory: str | Path,
+        version: str,
+        *,
+        shard_bytes: int = 2 << 30,
+        config_files: Sequence[str | Path] = (),
+        pause: str | None = None,
+        load_format: str | None = None,
+    ) -> Path:
+        """Save `(name, tensor)` pairs (checkpoint names) as safetensors shards of about
+        `shard_bytes` (`write_checkpoint`, one shard in memory at a time) under
+        `directory/<version>/` with the `config_files` beside them, then have every weight URL
+        load them as `version`; `expected_weight_version` becomes `version`. Returns the
+        checkpoint directory.
+
+        `directory` must be readable by the servers under the same path (a shared or local disk).
+        `pause`: how generation pauses around the load (SGLang: 'retract' / 'in_place', none by
+        default; vLLM: 'abort' / 'wait' / 'keep', 'wait' by default). `load_format`: SGLang's
+        (vLLM refuses one)."""
+        version = str(version)
+        target = write_checkpoint(
+            named_tensors, directory, version, shard_bytes=shard_bytes, config_files=config_files
+        )
+        self._load_checkpoint(target, version, pause=pause, load_format=load_format)
+        self.expected_weight_version = version
+        return target
+
+    def check_weights(
+        self,
+        version: str,
+        token_ids: Sequence[int],
+        logprobs: Sequence[float],
+        *,
+        tolerance: float,
+    ) -> tuple[float, str]:
+        """Whether every weight URL serves `version` and gives tokens 1..n-1 of `token_ids` the
+        `logprobs` (the trainer's, temperature 1) within `tolerance`: the largest difference seen
+        (nan when none was measured) and what is wrong ("" if nothing).
+
+        The version is what `server_weight_versions` reports (SGLang: `weight_version` of
+        `/model_info`, built from `server_args.weight_version`; vLLM: `/weight_info`). A request
+        that fails is the problem, not an exception."""
+        worst = 0.0
+        try:
+            for url, served in self.server_weight_versions().items():
+                if served != version:
+                    return math.nan, (
+                        f"{self.server_name} server {url} serves weight version {served!r}, "
+                        f"expected {version!r}"
+                    )
+            for url in self.weight_urls:
+                theirs = self.score(token_ids, url=url)
+                if len(theirs) != len(logprobs):
+                    return math.nan, (
+                        f"{self.server_name} server {url} scored {len(theirs)} tokens of a fixed "
+                        f"sequence, the trainer {len(logprobs)}"
+                    )
+                diffs = [abs(a - b) for a, b in zip(theirs, logprobs)]
+                diff = math.nan if any(map(math.isnan, diffs)) else max(diffs, default=0.0)
+                worst = diff if math.isnan(diff) else max(worst, diff)
+                if not diff <= tolerance:  # a nan fails too
+                    return worst, (
+                        f"{self.server_name} server {url} serves weight version {version!r} as "
+                        "expected, but its log-probs of a fixed sequence differ from the "
+                        f"trainer's by up to {diff:.3g} (tolerance {tolerance:g})"
+                    )
+        except self.server_errors as exc:
+            return math.nan, str(exc)
+        return worst, ""
