@@ -1,7 +1,7 @@
 """Evaluation throughput over an OpenAI-compatible server: the rolling pool vs lockstep batches.
 
 `paravt.eval.agent.EvalAgent` (what `ask`, the lmms-eval plugin and `reproduce` run) evaluates N
-samples against a fake OpenAI-compatible server (`paravt.core.stand_in.FakeChatServer`, real
+samples against a fake OpenAI-compatible server (`paravt.core.testing.stand_in.FakeChatServer`, real
 HTTP on 127.0.0.1, one thread per request so requests overlap like on a continuously batching
 server). Every request's latency is drawn uniformly from 0.5..5 s (a realistic spread for long
 video prompts on vLLM/SGLang), deterministically per (sample, turn, call), then multiplied by
@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from paravt.core import CropVideoArgs, Frame, ToolOutput
-from paravt.core.stand_in import FakeChatServer, assistant_turns
+from paravt.core.testing.stand_in import FakeChatServer, assistant_turns
 from paravt.eval.agent import EvalAgent, VideoQuestion
 from paravt.eval.config import EvalConfig
 
@@ -422,7 +422,9 @@ def main() -> None:
             "samples": N_SAMPLES,
             "concurrency": CONCURRENCY,
             "frames": "4 tiny overview frames, static toolbox (no video decoding)",
-            "server": "paravt.core.stand_in.FakeChatServer (thread per request) in its own process",
+            "server": (
+                "paravt.core.testing.stand_in.FakeChatServer (thread per request) in its own process"
+            ),
         },
         "ideal": {
             "pool_makespan_s": round(ideal_pool_s, 3),

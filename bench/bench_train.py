@@ -247,7 +247,7 @@ def main() -> None:
     import transformers
     import trl
 
-    from paravt.core.tiny import cached_tiny_qwen3vl
+    from paravt.core.testing import cached_tiny_qwen3vl
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     logging.disable(logging.WARNING)
@@ -276,7 +276,7 @@ def main() -> None:
             "dropped. A step = generation + reward + forward/backward + optimiser step."
         ),
         "setup": {
-            "model": "tiny random Qwen3-VL (paravt.core.tiny, seed 0, ~1 M parameters)",
+            "model": "tiny random Qwen3-VL (paravt.core.testing.tiny, seed 0, ~1 M parameters)",
             "prompts_per_step": PROMPTS,
             "group_size": GROUP,
             "max_new_tokens": MAX_NEW_TOKENS,

@@ -5,7 +5,7 @@ from weights up to N optimiser steps old, corrected by the decoupled loss. The r
 the mechanics (no hang, versions, pauses, the server on the trainer's weights); this shows the
 learning: the miniature's PARA-GRPO arm (`paravt.train.miniature`, 30 steps from the reproduce
 run's SFT checkpoint) with its rollouts on our stand-in SGLang server
-(`python -m paravt.core.stand_in`, the tiny model on CPU), trained
+(`python -m paravt.core.testing.stand_in`, the tiny model on CPU), trained
 
 - synchronously (`max_staleness=0`),
 - asynchronously (`max_staleness=2`, as the reference),
@@ -42,7 +42,7 @@ BUDGETS = (2, 4)
 def train(run: Path, sft: Path, rl_rows: Path, seed: int, staleness: int, lr: Any) -> float:
     """One RL run of the PARA-GRPO arm with rollouts on a fresh stand-in server; seconds."""
     import paravt.train.miniature as m
-    from paravt.core.stand_in import spawn
+    from paravt.core.testing.stand_in import spawn
     from paravt.train.rl import train_rl
 
     done = run / "done.json"

@@ -69,7 +69,7 @@ def main() -> None:
 
     import torch
 
-    from paravt.core.tiny import cached_tiny_qwen3vl
+    from paravt.core.testing import cached_tiny_qwen3vl
     from paravt.train.miniature import LR, LR_ZERO, cold_start, rl_from_cold_start
 
     torch.set_num_threads(args.threads)

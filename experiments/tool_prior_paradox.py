@@ -73,7 +73,7 @@ def _load() -> str:
 def cold(work: Path, seed: int, synth: list[str], sft_steps: int, sizes: dict[str, int]) -> Any:
     """Task data and the SFT checkpoint for (setting, seed), cached; (data, sft_model, seconds)."""
     import paravt.train.miniature as m
-    from paravt.core.tiny import cached_tiny_qwen3vl
+    from paravt.core.testing import cached_tiny_qwen3vl
     from paravt.train.sft import train_sft
 
     m.SYNTH = [*m.SYNTH, *synth]  # later overrides win

@@ -76,7 +76,7 @@ def verl_metrics(r: RewardBreakdown) -> dict[str, float]:
 def tokenizer_dir(tmp: Path) -> Path:
     """The tiny byte-level BPE tokenizer of paravt-core (ChatML tokens special, protocol tags
     plain added tokens), saved where a framework's own loader can read it."""
-    from paravt.core.tiny import build_tokenizer
+    from paravt.core.testing import build_tokenizer
 
     path = tmp / "tokenizer"
     build_tokenizer(seed=0).save_pretrained(path)

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_gpu_check_script_runs_every_check_against_the_stand_in(tmp_path: Path) -> None:
-    from paravt.core.tiny import cached_tiny_qwen3vl
+    from paravt.core.testing import cached_tiny_qwen3vl
 
     model = cached_tiny_qwen3vl(seed=0)
     with socket.socket() as s:  # a free port

@@ -55,7 +55,7 @@ def test_the_scan_finds_function_level_imports(tmp_path: Path) -> None:
         "def f():\n    x = 1\n    from paravt.core.protocol import Frame\n"
         "    # lazy: the optional extra paravt-core[hf] (torch)\n"
         "    from paravt.core.engines.hf import HFEngine\n"
-        "    from paravt.core.tiny import (\n        build_tokenizer,\n    )\n"
+        "    from paravt.core.testing import (\n        build_tokenizer,\n    )\n"
     )
     lines = bad.read_text().splitlines()
     assert function_level_paravt_imports(bad) == [3, 5, 6]

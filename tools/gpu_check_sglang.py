@@ -19,10 +19,10 @@ was measured):
    PASS when the run exits non-zero within `stall_dead_s` + a margin with an error naming the
    server's URL, and, after a fresh server start, `--resume` completes the remaining steps.
 
-`--stand-in` runs the same checks against `python -m paravt.core.stand_in` on the CPU (this is
-how the script itself is tested; the `gpu` row is skipped, and the stand-in is ours, so a stand-in
-PASS says nothing about SGLang). Needs: `pip install -e packages/paravt-core[hf,openai,sglang]
--e packages/paravt-train` and, for the real run, SGLang (`pip install "sglang[all]"`, 0.5.x).
+`--stand-in` runs the same checks against `python -m paravt.core.testing.stand_in` on the CPU
+(this is how the script itself is tested; the `gpu` row is skipped, and the stand-in is ours, so
+a stand-in PASS says nothing about SGLang). Needs: `pip install -e
+packages/paravt-core[hf,openai,sglang] -e packages/paravt-train` and, for the real run, SGLang (`pip install "sglang[all]"`, 0.5.x).
 Exit status: 0 when no row failed.
 """
 
@@ -83,7 +83,7 @@ class Server:
             return [
                 sys.executable,
                 "-m",
-                "paravt.core.stand_in",
+                "paravt.core.testing.stand_in",
                 "--model-path",
                 str(self.args.model),
                 "--port",
@@ -299,7 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", type=Path, required=True, help="a Qwen3-VL checkpoint dir")
     parser.add_argument("--out", type=Path, default=Path("runs/gpu_check"), help="logs, runs")
     parser.add_argument("--port", type=int, default=30000, help="the server's port")
-    parser.add_argument("--stand-in", action="store_true", help="paravt.core.stand_in on CPU")
+    parser.add_argument(
+        "--stand-in", action="store_true", help="paravt.core.testing.stand_in on CPU"
+    )
     parser.add_argument(
         "--mem-fraction",
         type=float,

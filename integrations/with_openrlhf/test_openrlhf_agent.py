@@ -68,7 +68,7 @@ def processor() -> Any:
     """What OpenRLHF passes as `hf_tokenizer` for a VLM actor: its `get_tokenizer`'s processor."""
     from openrlhf.utils.utils import get_tokenizer
 
-    from paravt.core.tiny import cached_tiny_qwen3vl
+    from paravt.core.testing import cached_tiny_qwen3vl
 
     return get_tokenizer(str(cached_tiny_qwen3vl(seed=0)), None, "left")
 

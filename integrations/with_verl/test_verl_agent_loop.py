@@ -51,7 +51,7 @@ def recipe() -> tuple[list[dict[str, Any]], list[str]]:
 
 @pytest.fixture(scope="module")
 def model_path() -> str:
-    from paravt.core.tiny import cached_tiny_qwen3vl
+    from paravt.core.testing import cached_tiny_qwen3vl
 
     return str(cached_tiny_qwen3vl(seed=0))
 

@@ -52,7 +52,7 @@ def _favour(engine: HFEngine, token: str) -> int:
 
 def test_importing_paravt_core_and_its_engines_package_does_not_import_torch() -> None:
     code = (
-        "import sys, paravt.core, paravt.core.engines, paravt.core.tiny, paravt.core.cli; "
+        "import sys, paravt.core, paravt.core.engines, paravt.core.testing, paravt.core.cli; "
         "heavy = [m for m in ('torch', 'transformers', 'httpx') if m in sys.modules]; "
         "sys.exit(f'imported {heavy}' if heavy else 0)"
     )

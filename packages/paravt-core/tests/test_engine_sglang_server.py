@@ -1,5 +1,5 @@
-"""SGLangServerEngine against our stand-in server (`paravt.core.stand_in`, the tiny Qwen3-VL on
-CPU) over real HTTP: token-in/token-out generation with images, weight pushes with versions, a
+"""SGLangServerEngine against our stand-in server (`paravt.core.testing.stand_in`, the tiny
+Qwen3-VL on CPU) over real HTTP: token-in/token-out generation with images, weight pushes with versions, a
 stale server refused, retries, and a dead server reported by URL instead of a hang."""
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from paravt.core.engines.sglang_server import (
     StaleWeightsError,
 )
 from paravt.core.engines.weights import bucket_tensors
-from paravt.core.stand_in import serve
 from paravt.core.testing import StaticToolbox
+from paravt.core.testing.stand_in import serve
 
 
 def _start(model_path: Path) -> Any:
@@ -487,7 +487,7 @@ def test_distributed_weight_push_broadcasts_bucket_by_bucket_and_tags_the_last(
 
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from paravt.core.stand_in import spawn
+    from paravt.core.testing.stand_in import spawn
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     server, url = spawn(tiny_model_path, tmp_path / "server.log", env=env, timeout_s=90)
@@ -534,7 +534,7 @@ def test_requests_sent_together_are_generated_as_one_batch_by_the_stand_in(serve
 
 
 def test_spawn_names_a_server_that_does_not_start_with_the_end_of_its_log(tmp_path: Path) -> None:
-    from paravt.core.stand_in import spawn
+    from paravt.core.testing.stand_in import spawn
 
     with pytest.raises(RuntimeError, match=r"did not start:[\s\S]*no-such-model"):
         spawn(tmp_path / "no-such-model", tmp_path / "server.log", timeout_s=60)

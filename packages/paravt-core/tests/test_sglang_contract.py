@@ -12,8 +12,8 @@ reference trained with SGLang 0.5.9, inside the range. This is a check against S
 SGLang server has been run with this code (none installs on these CPUs).
 
 The tests fail when
-- the stand-in (`paravt.core.stand_in.ROUTES`, both modes) serves a route or method SGLang does
-  not have, or takes a body where SGLang takes none (or the reverse);
+- the stand-in (`paravt.core.testing.stand_in.ROUTES`, both modes) serves a route or method
+  SGLang does not have, or takes a body where SGLang takes none (or the reverse);
 - the client (`SGLangServerEngine`) calls a route SGLang does not have, or sends a field SGLang's
   request type does not define, or leaves out a required one, or a sampling key SGLang 0.5.23
   rejects;
@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 import pytest
 
-from paravt.core.stand_in import FLUSH_TEXT, ROUTES, serve
+from paravt.core.testing.stand_in import FLUSH_TEXT, ROUTES, serve
 
 BASE_FIELDS = frozenset({"rid", "http_worker_ipc"})  # BaseReq, io_struct L86-90: every request
 

@@ -35,7 +35,7 @@ def bikes_mp4(request: pytest.FixtureRequest) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model() -> Path:
     """The seeded tiny Qwen3-VL (random weights), built offline once and cached."""
-    from paravt.core.tiny import cached_tiny_qwen3vl
+    from paravt.core.testing import cached_tiny_qwen3vl
 
     return cached_tiny_qwen3vl(seed=0)
 

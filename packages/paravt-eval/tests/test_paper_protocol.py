@@ -26,7 +26,7 @@ from paravt.core.paper_protocol import (
     driver_time_s,
     driver_tool_calls,
 )
-from paravt.core.stand_in import FakeChatServer
+from paravt.core.testing.stand_in import FakeChatServer
 
 HERE = Path(__file__).parent / "paper_driver"
 FIXTURES = json.loads((HERE / "driver_fixtures.json").read_text(encoding="utf-8"))

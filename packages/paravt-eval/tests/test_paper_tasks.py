@@ -21,7 +21,7 @@ from paravt.core.paper_protocol import (
     PAPER_MINIMAL_AGENTIC_SYSTEM,
     PAPER_TOOL_SCHEMA,
 )
-from paravt.core.stand_in import FakeChatServer
+from paravt.core.testing.stand_in import FakeChatServer
 from paravt.eval.paper_tasks import SPLITS, paper_task_dir, parse_srt
 
 OPTIONS4 = ["A. A horse.", "B. A bicycle.", "C. A car.", "D. A boat."]

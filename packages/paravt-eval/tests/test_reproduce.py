@@ -268,7 +268,7 @@ def test_paper_splits_over_servers_run_all_seven_splits_with_the_drivers_channel
 ) -> None:
     """A served stage: every split over the servers (no transformers, no --batch_size), the
     served model's name read from /models, Charades-STA through the video_url channel."""
-    from paravt.core.stand_in import FakeChatServer
+    from paravt.core.testing.stand_in import FakeChatServer
     from paravt.eval.config import parse_eval_config
     from paravt.eval.reproduce import paper
 

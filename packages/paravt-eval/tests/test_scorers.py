@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from paravt.core.stand_in import FakeChatServer
+from paravt.core.testing.stand_in import FakeChatServer
 
 GT = [2.0, 7.0]
 # lmms-eval 0.7.3's own Charades-STA functions, over documents in its row schema

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from paravt.core import Frame
-from paravt.core.stand_in import FakeChatServer
 from paravt.core.testing import StaticToolbox
+from paravt.core.testing.stand_in import FakeChatServer
 from paravt.eval.agent import EvalAgent, VideoQuestion
 from paravt.eval.config import EvalConfig, parse_eval_config
 

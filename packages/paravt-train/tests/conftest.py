@@ -15,7 +15,7 @@ from paravt.core.protocol import Frame, Message, TextPart
 @pytest.fixture(scope="session")
 def tiny_model_path() -> Path:
     """The tiny Qwen3-VL (seed 0), built once into $PARAVT_CACHE_DIR or ~/.cache/paravt."""
-    from paravt.core.tiny import cached_tiny_qwen3vl
+    from paravt.core.testing import cached_tiny_qwen3vl
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     return cached_tiny_qwen3vl(seed=0)

@@ -1,5 +1,5 @@
 """Run by test_server_rehearsal.py under torchrun: RL steps whose rollouts go to an SGLang-API
-server (`python -m paravt.core.stand_in`), weights pushed from rank 0 after every step.
+server (`python -m paravt.core.testing.stand_in`), weights pushed from rank 0 after every step.
 
 usage: torchrun --nproc_per_node 2 server_rehearsal_driver.py MODEL OUT URL STEPS [OVERRIDE ...]
 """

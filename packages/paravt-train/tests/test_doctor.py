@@ -236,7 +236,7 @@ def test_cudnn_below_9_15_with_torch_2_9_is_a_failure(
 
 
 def test_servers_are_checked_by_url(tiny_model_path: Path) -> None:
-    from paravt.core.stand_in import serve
+    from paravt.core.testing.stand_in import serve
 
     server = serve(tiny_model_path)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -1,5 +1,5 @@
 """No silent failure at the rollout-server boundary, in one process against the stand-in server
-(`paravt.core.stand_in`, in a thread): a weight push the server does not take is pushed once
+(`paravt.core.testing.stand_in`, in a thread): a weight push the server does not take is pushed once
 more and then stops the run with an error naming the server and both weight versions; a server
 that stops answering mid-run ends the run with an error naming it and leaves the last checkpoint
 for --resume."""
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from paravt.core.engines.sglang_server import ServerError
-from paravt.core.stand_in import serve
+from paravt.core.testing.stand_in import serve
 from paravt.train.checkpoint import latest_checkpoint
 from paravt.train.distributed import Backend
 from paravt.train.modeling import load_model_and_processor

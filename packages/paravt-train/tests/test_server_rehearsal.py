@@ -1,6 +1,6 @@
 """The CPU rehearsal of a node whose rollouts run on an SGLang server: two trainer ranks under
-torchrun (FSDP2 on gloo) and our stand-in server process (`python -m paravt.core.stand_in`, the
-SGLang native API subset over the tiny Qwen3-VL), rollout.engine=sglang_server.
+torchrun (FSDP2 on gloo) and our stand-in server process (`python -m
+paravt.core.testing.stand_in`, the SGLang native API subset over the tiny Qwen3-VL), rollout.engine=sglang_server.
 
 What it proves: 3 RL steps end to end with no hang; weights pushed from rank 0 after every step
 (versions step-0..step-3; with colocate, memory released for the update and resumed before the
@@ -25,7 +25,7 @@ import httpx
 import pytest
 import torch
 
-from paravt.core.stand_in import spawn
+from paravt.core.testing.stand_in import spawn
 
 DRIVER = Path(__file__).parent / "server_rehearsal_driver.py"
 BOUND_S = 240

@@ -19,7 +19,7 @@ from typing import Any
 from paravt.core.cli_style import add_debug, run_command, style
 from paravt.core.protocol import CropVideoArgs, Frame, ImagePart, Message, ToolOutput
 from paravt.core.runtime import Episode, Trajectory
-from paravt.core.testing import StaticToolbox
+from paravt.core.testing import StaticToolbox, build_tiny_qwen3vl, cached_tiny_qwen3vl
 
 DEMO_QUESTION = "What colour is the square in the middle of the video?"
 DEMO_DURATION_S = 60.0
@@ -207,7 +207,6 @@ def run_demo(
     from paravt.core.engines.scripted import ScriptedTurns
     from paravt.core.prompts import build_main_prompt
     from paravt.core.runtime import AgentConfig, AgentTask, SamplingParams, run_episodes_sync
-    from paravt.core.tiny import cached_tiny_qwen3vl
 
     model_path = cached_tiny_qwen3vl(seed=seed, cache_dir=cache_dir)
     engine = ScriptedTurns(HFEngine(model_path), {1: DEMO_FIRST_TURN})
@@ -319,9 +318,6 @@ def _run(args: argparse.Namespace) -> int:
             print_episode(episode)
             print(f"wrote {args.out / 'episode.json'}")
         elif args.command == "build-tiny":
-            # lazy: the optional extra paravt-core[hf] (torch, transformers)
-            from paravt.core.tiny import build_tiny_qwen3vl
-
             print(f"wrote {build_tiny_qwen3vl(args.out, seed=args.seed)}")
     except ImportError as exc:
         raise ImportError(f"{exc}. {HF_EXTRA}") from exc

@@ -1,7 +1,8 @@
 """Light stand-ins for tests and examples: a scripted engine and a toolbox of fixed frames.
 
 `ScriptedEngine` tokenizes one token per character (images become one placeholder token each), so
-tests can check token bookkeeping exactly without a model. Real engines live in `paravt.core.engines`.
+tests can check token bookkeeping exactly without a model. Real engines live in
+`paravt.core.engines`.
 """
 
 from __future__ import annotations
