@@ -76,3 +76,42 @@ def test_an_unexpected_error_names_its_type_and_points_to_debug(capsys) -> None:
     )
     with pytest.raises(RuntimeError):
         run_command("paravt-x y", boom, debug=True)
+
+
+# a short valid command of each command line
+COMMANDS = {
+    "paravt.core.cli": ["build-tiny", "--out", "x"],
+    "paravt.tools.cli": ["synth", "--out", "x"],
+    "paravt.train.cli": ["doctor"],
+}
+
+
+@pytest.mark.parametrize("module", sorted(COMMANDS))
+def test_debug_goes_before_or_after_the_command(module: str) -> None:
+    parser = importlib.import_module(module).build_parser()
+    command = COMMANDS[module]
+    assert parser.parse_args(command).debug is False
+    assert parser.parse_args(["--debug", *command]).debug is True
+    assert parser.parse_args([*command, "--debug"]).debug is True
+
+
+def test_a_line_ending_in_a_colon_runs_on_with_a_space() -> None:
+    from paravt.core.cli_style import one_line
+
+    assert one_line(ValueError("bad keys:\n  a\n  b")) == "bad keys: a; b"
+
+
+def test_input_errors_may_be_named_late_and_unexpected_ones_may_propagate(capsys) -> None:
+    from paravt.core.cli_style import run_command
+
+    class LateError(Exception):
+        pass
+
+    def late() -> int:
+        raise LateError("row 3\ncolumn x")
+
+    assert run_command("paravt-x y", late, input_errors=lambda: (LateError,)) == 2
+    assert capsys.readouterr().err == "paravt-x y: row 3; column x\n"
+    assert run_command("paravt-x y", late, input_errors=(LateError,), raise_unexpected=True) == 2
+    with pytest.raises(LateError):
+        run_command("paravt-x y", late, raise_unexpected=True)

@@ -282,8 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tiny.add_argument("--out", type=Path, required=True, help="directory to write")
     tiny.add_argument("--seed", type=int, default=0, help="seed of tokenizer and weights")
-    for p in (demo, tiny):
-        add_debug(p)
+    add_debug(parser)
     return style(parser)
 
 

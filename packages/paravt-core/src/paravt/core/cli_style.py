@@ -5,7 +5,10 @@
   "(default..." of its own, for defaults that need words); descriptions keep their line breaks.
 - Errors: a wrong input (the exceptions a command names as its input errors) is one line,
   `PROG COMMAND: message`, exit 2; any other error is one line with its type and a pointer to
-  `--debug`, exit 1; `--debug` raises it with the full traceback.
+  `--debug`, exit 1; `--debug` raises it with the full traceback. `--debug` goes before or after
+  the command (`add_debug` on the top parser).
+
+Each command line's `main(argv)` is `build_parser().parse_args(argv)` then `run_command`.
 """
 
 from __future__ import annotations
@@ -52,28 +55,46 @@ def style(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def add_debug(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--debug",
-        action="store_true",
-        help="show the full traceback of an error instead of one line",
-    )
+    """`--debug` on the parser and on every sub-command parser below it, so it goes before or after
+    the command (`paravt-train --debug doctor` and `paravt-train doctor --debug`). Call it once the
+    sub-commands are added."""
+    for p in iter_parsers(parser):
+        p.add_argument(
+            "--debug",
+            action="store_true",
+            # below the top, no default: a sub-command's would overwrite a `--debug` given before it
+            default=False if p is parser else argparse.SUPPRESS,
+            help="show the full traceback of an error instead of one line",
+        )
 
 
 def one_line(exc: BaseException) -> str:
-    """The exception's message on one line (pydantic and multi-line messages joined by '; ')."""
+    """The exception's message on one line (pydantic and multi-line messages joined by '; ', or by
+    a space after a line that ends in ':', as in "bad keys:" followed by the keys)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return "; ".join(lines) or type(exc).__name__
+    text = ""
+    for line in lines:
+        sep = "" if not text else " " if text.endswith(":") else "; "
+        text += sep + line
+    return text or type(exc).__name__
+
+
+ErrorTypes = tuple[type[BaseException], ...]
 
 
 def run_command(
     where: str,
     fn: Callable[[], int],
     *,
-    input_errors: tuple[type[BaseException], ...] = (ValueError,),
+    input_errors: ErrorTypes | Callable[[], ErrorTypes] = (ValueError,),
     debug: bool = False,
+    raise_unexpected: bool = False,
 ) -> int:
     """Run a command's body and turn its errors into one line on stderr (see the module doc).
-    `where` names the command, e.g. "paravt-tools crop"."""
+    `where` names the command, e.g. "paravt-tools crop". `input_errors` may be a function that
+    returns the types, called only when an error comes (for types whose module loads lazily).
+    `raise_unexpected`: an error that is not an input error propagates (paravt-train's `main`
+    called from Python with `argv`)."""
     try:
         return int(fn())
     except KeyboardInterrupt:
@@ -81,9 +102,13 @@ def run_command(
     except Exception as exc:
         if debug:
             raise
+        if callable(input_errors):
+            input_errors = input_errors()
         if isinstance(exc, input_errors):
             print(f"{where}: {one_line(exc)}", file=sys.stderr)
             return 2
+        if raise_unexpected:
+            raise
         print(
             f"{where}: {type(exc).__name__}: {one_line(exc)} "
             "(rerun with --debug for the full traceback)",

@@ -106,8 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--max-pixels", type=int, default=50176, help="pixel budget per frame, at most")
     c.add_argument("--out", required=True, help="directory for the PNG files")
     c.set_defaults(func=_crop)
-    for each in (s, p, c):
-        add_debug(each)
+    add_debug(parser)
     return style(parser)
 
 

@@ -1,8 +1,9 @@
 """`paravt-train`: sft, rl, materialize, plot, smoke and doctor subcommands.
 
 Heavy imports (torch, transformers) happen inside the subcommands, so `--help` is instant.
-An error ends in one line on stderr naming the input and the fix (exit 2 for a bad recipe, override
-or data path, 1 otherwise); `--debug` shows the full traceback instead.
+Help and errors as the other command lines (`paravt.core.cli_style`): an error ends in one line on
+stderr naming the input and the fix (exit 2 for a bad recipe, override or data path, 1 otherwise);
+`--debug` shows the full traceback instead.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from paravt.core import one_line, style
+from paravt.core import add_debug, run_command, style
 from paravt.train import doctor
 from paravt.train.recipe import RECIPE_NAMES, RecipeError, load_recipe, recipe_help
 
@@ -41,12 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="paravt-train",
         description="Cold-start SFT and PARA-GRPO RL for ParaVT tool-native video models. "
         "Run under torchrun for several processes (FSDP2 / DeepSpeed, chosen in the recipe).",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Start here: `nox -s train_smoke` (tiny model, synthetic tasks, SFT then PARA-GRPO).",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    fmt = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser(
         "sft",
         help="supervised cold start on tool-use traces (loss on assistant tokens only)",
@@ -54,7 +53,6 @@ def build_parser() -> argparse.ArgumentParser:
         "Only assistant tokens are supervised; cosine schedule with warmup, gradient "
         "accumulation, optional packing and gradient checkpointing.",
         epilog=_EPILOG_RECIPE,
-        formatter_class=fmt,
     )
     _add_train_args(p)
 
@@ -66,7 +64,6 @@ def build_parser() -> argparse.ArgumentParser:
         "group-normalised advantages; PPO clipped loss against the rollout log-probs plus a k3 KL "
         "penalty to a frozen reference. Metrics go to OUTPUT_DIR/metrics.jsonl.",
         epilog=_EPILOG_RECIPE,
-        formatter_class=fmt,
     )
     _add_train_args(p)
 
@@ -104,17 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rl-steps", type=int, default=None, help="override tiny_paragrpo max_steps")
 
     doctor.add_parser(sub)
-    parser.add_argument("--debug", action="store_true", help="show full tracebacks of errors")
-    for sub_parser in sub.choices.values():  # also after the subcommand: `doctor --debug`
-        sub_parser.add_argument(
-            "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
-        )
+    add_debug(parser)
     return style(parser)
-
-
-def _one_line(exc: BaseException) -> str:
-    """An error message on one line (a recipe error lists its bad keys on several)."""
-    return one_line(exc).replace(":;", ":")
 
 
 def _train(args: argparse.Namespace, stage: str) -> int:
@@ -122,16 +110,9 @@ def _train(args: argparse.Namespace, stage: str) -> int:
         print(recipe_help(stage))  # type: ignore[arg-type]
         return 0
     if not args.recipe:
-        print(
-            f"paravt-train {stage}: a RECIPE is required (e.g. tiny_{stage if stage == 'sft' else 'paragrpo'})",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        recipe = load_recipe(args.recipe, args.overrides, stage=stage)
-    except RecipeError as exc:
-        print(f"paravt-train {stage}: {exc}", file=sys.stderr)
-        return 2
+        example = "tiny_sft" if stage == "sft" else "tiny_paragrpo"
+        raise RecipeError(f"a RECIPE is required (e.g. {example})")
+    recipe = load_recipe(args.recipe, args.overrides, stage=stage)
     if stage == "sft":
         # lazy: loaded when this subcommand runs (`--help` stays fast)
         from paravt.train.sft import train_sft
@@ -145,31 +126,25 @@ def _train(args: argparse.Namespace, stage: str) -> int:
     return 0
 
 
+def _input_errors() -> tuple[type[BaseException], ...]:
+    # lazy: pyarrow, loaded only when an error comes (`--help` and doctor stay fast)
+    from paravt.train.data import ParaVTDataError
+
+    return (RecipeError, ParaVTDataError)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand. A bad recipe, override or data path prints one line (exit 2); any other
     error one line too (exit 1) when run as a command; called with `argv` from Python, it raises.
     `--debug` raises every error with its traceback."""
     args = build_parser().parse_args(argv)
-    try:
-        return _run(args)
-    except Exception as exc:
-        if args.debug:
-            raise
-        # lazy: loaded when this subcommand runs (`--help` stays fast)
-        from paravt.train.data import ParaVTDataError
-
-        where = f"paravt-train {args.command}"
-        if isinstance(exc, RecipeError | ParaVTDataError):
-            print(f"{where}: {_one_line(exc)}", file=sys.stderr)
-            return 2
-        if argv is not None:
-            raise
-        print(
-            f"{where}: {type(exc).__name__}: {_one_line(exc)} "
-            "(rerun with --debug for the full traceback)",
-            file=sys.stderr,
-        )
-        return 1
+    return run_command(
+        f"paravt-train {args.command}",
+        lambda: _run(args),
+        input_errors=_input_errors,
+        debug=args.debug,
+        raise_unexpected=argv is not None,
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -177,13 +152,9 @@ def _run(args: argparse.Namespace) -> int:
         return _train(args, args.command)
     if args.command == "materialize":
         # lazy: loaded when this subcommand runs (`--help` stays fast)
-        from paravt.train.data import ParaVTDataError, materialize_dir
+        from paravt.train.data import materialize_dir
 
-        try:
-            report = materialize_dir(args.root, args.parquet_dir, args.output_dir)
-        except ParaVTDataError as exc:
-            print(f"paravt-train materialize: {exc}", file=sys.stderr)
-            return 2
+        report = materialize_dir(args.root, args.parquet_dir, args.output_dir)  # errors: exit 2
         for name, missing in report.items():
             status = f"missing files per source: {missing}" if missing else "all videos found"
             print(f"{name}: {status}")
