@@ -638,20 +638,15 @@ class SGLangServerEngine(HFChatEncoder, ServerWeights):
     # ------------------------------------------------------------------------------ weight sync
 
     def _load_checkpoint(
-        self,
-        checkpoint: Path,
-        version: str,
-        *,
-        pause: str | None = None,
-        load_format: str | None = None,
+        self, path: Path, version: str, pause: str | None, fmt: str | None
     ) -> None:
-        """`/update_weights_from_disk` on every weight URL: load `checkpoint` as `version`
-        (`push_weights_from_disk` writes it first). `pause` ('retract' / 'in_place'): pause
-        generation around the load only, so it does not wait for requests in flight (see
-        `pause_generation`)."""
-        body: dict[str, Any] = {"model_path": str(checkpoint), "weight_version": version}
-        if load_format:
-            body["load_format"] = load_format
+        """`/update_weights_from_disk` on every weight URL: load `path` as `version`
+        (`push_weights_from_disk` writes it first), in load format `fmt` (SGLang's default:
+        None). `pause` ('retract' / 'in_place'): pause generation around the load only, so it
+        does not wait for requests in flight (see `pause_generation`)."""
+        body: dict[str, Any] = {"model_path": str(path), "weight_version": version}
+        if fmt:
+            body["load_format"] = fmt
         with self._paused(pause):
             self._post_all("/update_weights_from_disk", body)
 

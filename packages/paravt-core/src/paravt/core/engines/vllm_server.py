@@ -357,18 +357,11 @@ class VLLMServerEngine(HFChatEncoder, ServerWeights):
         return self.servers[url or self.weight_urls[0]].prompt_logprobs(token_ids)
 
     def _load_checkpoint(
-        self,
-        checkpoint: Path,
-        version: str,
-        *,
-        pause: str | None = None,
-        load_format: str | None = None,
+        self, path: Path, version: str, pause: str | None, fmt: str | None
     ) -> None:
-        """Every weight URL reloads `checkpoint` as `version` (`VLLMServer.reload_weights`,
-        generation paused around each load: `pause` mode, default 'wait')."""
-        if load_format:
-            raise ValueError(
-                f"load_format={load_format!r}: vLLM reloads the checkpoint's safetensors as they are"
-            )
+        """Every weight URL reloads `path` as `version` (`VLLMServer.reload_weights`, generation
+        paused around each load: `pause` mode, default 'wait'); no load format (`fmt`)."""
+        if fmt:
+            raise ValueError(f"load_format={fmt!r}: vLLM reloads the checkpoint's safetensors")
         for url in self.weight_urls:
-            self.servers[url].reload_weights(checkpoint, version, pause=pause or "wait")
+            self.servers[url].reload_weights(path, version, pause=pause or "wait")

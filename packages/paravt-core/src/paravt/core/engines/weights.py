@@ -117,9 +117,10 @@ class ServerWeights:
         raise NotImplementedError
 
     def _load_checkpoint(
-        self, checkpoint: Path, version: str, *, pause: str | None, load_format: str | None
+        self, path: Path, version: str, pause: str | None, fmt: str | None
     ) -> None:
-        """Have every weight URL load the checkpoint directory `checkpoint` as `version`."""
+        """Have every weight URL load the checkpoint directory `path` as `version` (`pause` and
+        the load format `fmt` as `push_weights_from_disk` passes them)."""
         raise NotImplementedError
 
     def push_weights_from_disk(
@@ -147,7 +148,7 @@ class ServerWeights:
         target = write_checkpoint(
             named_tensors, directory, version, shard_bytes=shard_bytes, config_files=config_files
         )
-        self._load_checkpoint(target, version, pause=pause, load_format=load_format)
+        self._load_checkpoint(target, version, pause, load_format)
         self.expected_weight_version = version
         return target
 
