@@ -1,14 +1,12 @@
-"""OpenAIEngine against a real local HTTP server that records and checks every request."""
+"""OpenAIEngine against a real local HTTP server, the shared stand-in (`FakeChatServer`), which
+records every request and answers with each test's scripted response."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import io
-import json
-import threading
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -29,42 +27,7 @@ from paravt.core import (
 )
 from paravt.core.engines.openai import OpenAIEngine, image_data_url
 from paravt.core.testing import StaticToolbox
-
-Reply = Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]
-
-
-class ChatServer:
-    """A chat-completions server on 127.0.0.1 that records requests and answers with `reply`."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.reply: Reply = lambda body: (200, completion("<answer>A</answer>"))
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers["Content-Length"])
-                body = json.loads(self.rfile.read(length))
-                server.requests.append(
-                    {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
-                )
-                status, payload = server.reply(body)
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+from paravt.core.testing.stand_in import FakeChatServer
 
 
 def completion(text: str, finish: str = "stop", logprobs: Any = None) -> dict[str, Any]:
@@ -79,12 +42,11 @@ def completion(text: str, finish: str = "stop", logprobs: Any = None) -> dict[st
 
 
 @pytest.fixture
-def server() -> Iterator[ChatServer]:
-    s = ChatServer()
-    s.thread.start()
-    yield s
-    s.httpd.shutdown()
-    s.httpd.server_close()
+def server() -> Iterator[FakeChatServer]:
+    """Answers "<answer>A</answer>" until a test sets `server.chat.reply`: a function of the
+    request body that returns the assistant's text, or the status and the whole response."""
+    with FakeChatServer(lambda body: "<answer>A</answer>") as s:
+        yield s
 
 
 def frame(seed: int, h: int = 24, w: int = 40) -> np.ndarray:
@@ -104,7 +66,7 @@ def trajectory(messages: list[Message], prefix: str = "") -> Trajectory:
 
 
 def test_requests_carry_model_messages_frames_as_data_urls_and_sampling(
-    server: ChatServer,
+    server: FakeChatServer,
 ) -> None:
     engine = OpenAIEngine(server.base_url, "qwen3-vl", api_key="secret")
     image = frame(0)
@@ -115,10 +77,8 @@ def test_requests_carry_model_messages_frames_as_data_urls_and_sampling(
     sampling = SamplingParams(max_new_tokens=33, temperature=0.7, top_p=0.9, top_k=20, seed=5)
     (out,) = asyncio.run(engine.generate([trajectory(messages)], sampling))
     assert out.text == "<answer>A</answer>" and out.finish_reason == "stop"
-    (request,) = server.requests
-    assert request["path"] == "/v1/chat/completions"
-    assert request["auth"] == "Bearer secret"
-    body = request["body"]
+    (body,) = server.bodies  # served (200) at POST /v1/chat/completions, the only chat route
+    assert server.headers[0]["Authorization"] == "Bearer secret"
     assert body["model"] == "qwen3-vl"
     assert (body["max_tokens"], body["temperature"], body["top_p"]) == (33, 0.7, 0.9)
     assert (body["top_k"], body["seed"]) == (20, 5)
@@ -144,7 +104,7 @@ def test_torch_and_chw_frames_encode_to_the_same_png() -> None:
 
 
 def test_tool_responses_are_grouped_and_the_think_prefix_is_continued(
-    server: ChatServer,
+    server: FakeChatServer,
 ) -> None:
     engine = OpenAIEngine(server.base_url, "m")
     traj = trajectory([Message("system", "S"), Message("user", "Q")], prefix="<think>\n")
@@ -154,7 +114,7 @@ def test_tool_responses_are_grouped_and_the_think_prefix_is_continued(
         Message("tool", [TextPart("[20.0 s - 30.0 s] "), ImagePart(frame(2))]),
     ]
     asyncio.run(engine.generate([traj], SamplingParams(max_new_tokens=4)))
-    body = server.requests[0]["body"]
+    body = server.bodies[0]
     roles = [m["role"] for m in body["messages"]]
     assert roles == ["system", "user", "assistant", "user", "assistant"]
     tool_turn = body["messages"][3]["content"]
@@ -168,18 +128,21 @@ def test_tool_responses_are_grouped_and_the_think_prefix_is_continued(
 
 
 def test_logprobs_and_token_ids_are_recorded_when_the_server_returns_them(
-    server: ChatServer,
+    server: FakeChatServer,
 ) -> None:
     entries = [{"token": "token_id:17", "logprob": -0.25}, {"token": "token_id:4", "logprob": -1.5}]
-    server.reply = lambda body: (200, completion("hi", finish="length", logprobs=entries))
+    server.chat.reply = lambda body: (200, completion("hi", finish="length", logprobs=entries))
     engine = OpenAIEngine(server.base_url, "m", logprobs=True)
     traj = trajectory([Message("user", "Q")])
     (out,) = asyncio.run(engine.generate([traj], SamplingParams(max_new_tokens=2)))
-    assert server.requests[0]["body"]["logprobs"] is True
-    assert server.requests[0]["body"]["return_tokens_as_token_ids"] is True
+    assert server.bodies[0]["logprobs"] is True
+    assert server.bodies[0]["return_tokens_as_token_ids"] is True
     assert (out.token_ids, out.logprobs, out.finish_reason) == ([17, 4], [-0.25, -1.5], "length")
     # Without token ids the logprobs cannot be aligned to tokens and are not recorded.
-    server.reply = lambda body: (200, completion("hi", logprobs=[{"token": "hi", "logprob": -1}]))
+    server.chat.reply = lambda body: (
+        200,
+        completion("hi", logprobs=[{"token": "hi", "logprob": -1}]),
+    )
     (out,) = asyncio.run(engine.generate([traj], SamplingParams(max_new_tokens=2)))
     assert (out.token_ids, out.logprobs) == ([], None)
 
@@ -203,17 +166,17 @@ def test_the_turn_counts_the_servers_completion_tokens_when_no_ids_come_back() -
     )  # the ids we hold win
 
 
-def test_a_batch_sends_one_request_per_trajectory_in_order(server: ChatServer) -> None:
-    server.reply = lambda body: (200, completion("echo " + body["messages"][-1]["content"]))
+def test_a_batch_sends_one_request_per_trajectory_in_order(server: FakeChatServer) -> None:
+    server.chat.reply = lambda body: "echo " + body["messages"][-1]["content"]
     engine = OpenAIEngine(server.base_url, "m", max_concurrency=2)
     trajs = [trajectory([Message("user", f"q{i}")]) for i in range(5)]
     outs = asyncio.run(engine.generate(trajs, SamplingParams(max_new_tokens=2)))
     assert [o.text for o in outs] == [f"echo q{i}" for i in range(5)]
-    assert len(server.requests) == 5
+    assert len(server.bodies) == 5
 
 
-def test_server_errors_name_the_url_and_status(server: ChatServer) -> None:
-    server.reply = lambda body: (500, {"error": "model overloaded"})
+def test_server_errors_name_the_url_and_status(server: FakeChatServer) -> None:
+    server.chat.reply = lambda body: (500, {"error": "model overloaded"})
     engine = OpenAIEngine(server.base_url, "m")
     with pytest.raises(RuntimeError, match=r"HTTP 500.*model overloaded"):
         asyncio.run(engine.generate([trajectory([Message("user", "Q")])], SamplingParams()))
@@ -226,19 +189,19 @@ def test_an_unreachable_server_is_reported_with_the_fix() -> None:
 
 
 def test_the_runtime_runs_a_parallel_tool_episode_through_the_http_engine(
-    server: ChatServer,
+    server: FakeChatServer,
 ) -> None:
     call = '<tool_call>{"name": "crop_video", "arguments": {"start_time": %d, "end_time": %d}}</tool_call>'
 
-    def reply(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def reply(body: dict[str, Any]) -> str:
         system = body["messages"][0]["content"]
         if system.startswith("You are a helper"):
-            return 200, completion("<answer>a red square</answer>")
+            return "<answer>a red square</answer>"
         if len(body["messages"]) == 3:  # system, user, assistant prefix: first main turn
-            return 200, completion("look</think>" + call % (0, 10) + call % (20, 30))
-        return 200, completion("seen</think><answer>red</answer>")
+            return "look</think>" + call % (0, 10) + call % (20, 30)
+        return "seen</think><answer>red</answer>"
 
-    server.reply = reply
+    server.chat.reply = reply
 
     class FrameBox(StaticToolbox):
         async def execute(self, calls: Any) -> Any:
@@ -254,15 +217,15 @@ def test_the_runtime_runs_a_parallel_tool_episode_through_the_http_engine(
     assert episode.answer == "red"
     assert episode.num_tool_calls == 2 and len(episode.subagents) == 2
     sub_requests = [
-        r
-        for r in server.requests
-        if r["body"]["messages"][0]["content"].startswith("You are a helper")
+        body
+        for body in server.bodies
+        if body["messages"][0]["content"].startswith("You are a helper")
     ]
     assert len(sub_requests) == 2
-    for r in sub_requests:
-        images = [p for p in r["body"]["messages"][1]["content"] if p["type"] == "image_url"]
+    for body in sub_requests:
+        images = [p for p in body["messages"][1]["content"] if p["type"] == "image_url"]
         assert len(images) == 2  # 10 s at 0.2 fps
-    last = server.requests[-1]["body"]["messages"]
+    last = server.bodies[-1]["messages"]
     assert [m["role"] for m in last] == ["system", "user", "assistant", "user", "assistant"]
     assert "".join(p["text"] for p in last[3]["content"]) == (
         "<tool_response>\n[0.0 s - 10.0 s] 2 frames\na red square\n</tool_response>\n"
@@ -275,11 +238,9 @@ def test_transient_server_errors_are_retried_and_the_last_one_is_raised(server):
 
     def flaky(body):
         calls["n"] += 1
-        return (
-            (503, {"error": "busy"}) if calls["n"] < 3 else (200, completion("<answer>A</answer>"))
-        )
+        return (503, {"error": "busy"}) if calls["n"] < 3 else "<answer>A</answer>"
 
-    server.reply = flaky
+    server.chat.reply = flaky
     engine = OpenAIEngine(server.base_url, "m", retries=2, retry_backoff_s=0.01)
     traj = trajectory([Message("user", "q")])
     [out] = asyncio.run(engine.generate([traj], SamplingParams()))
@@ -287,8 +248,11 @@ def test_transient_server_errors_are_retried_and_the_last_one_is_raised(server):
     calls["n"] = -10  # more failures than retries
     with pytest.raises(RuntimeError, match="HTTP 503"):
         asyncio.run(engine.generate([traj], SamplingParams()))
-    server.reply = lambda body: (400, {"error": "bad request"})  # a client error is not retried
+    server.chat.reply = lambda body: (
+        400,
+        {"error": "bad request"},
+    )  # a client error is not retried
     calls["n"] = 0
     with pytest.raises(RuntimeError, match="HTTP 400"):
         asyncio.run(engine.generate([traj], SamplingParams()))
-    assert len(server.requests) == 3 + 3 + 1
+    assert len(server.bodies) == 3 + 3 + 1

@@ -37,7 +37,7 @@ from paravt.core import (
     driver_letter,
     driver_span,
 )
-from paravt.eval.metrics import trace_for
+from paravt.eval.metrics import tool_scores
 
 SPLITS = (
     "videomme",
@@ -289,22 +289,11 @@ def _response(results: list[Any]) -> str:
     return first if isinstance(first, str) else str(first)
 
 
-def _tools(doc: dict[str, Any]) -> dict[str, float]:
-    trace = trace_for(doc)
-    if trace is None:
-        return {"avg_tool_calls": 0.0, "tool_usage_rate": 0.0, "errored": 0.0}
-    return {
-        "avg_tool_calls": float(trace.num_tool_calls),
-        "tool_usage_rate": float(trace.used_tool),
-        "errored": float(trace.error is not None),
-    }
-
-
 def process_mcq(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
     """accuracy: the driver's letter equals the answer (an errored sample counts as wrong, as in
     the driver); Video-MME rows also score acc_short/medium/long (None elsewhere)."""
     correct = float(driver_letter(_response(results)) == doc["paravt_answer"])
-    out: dict[str, Any] = {"accuracy": correct, **_tools(doc)}
+    out: dict[str, Any] = {"accuracy": correct, **tool_scores(doc)}
     duration = doc.get("duration")
     for group in ("short", "medium", "long"):
         out[f"acc_{group}"] = correct if duration == group else None
@@ -316,7 +305,7 @@ def process_grounding(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]
     is empty) scores IoU 0 (the driver's Charades summary left errored samples out)."""
     span = driver_span(_response(results))
     iou = driver_iou(span, json.loads(doc["paravt_answer"])) if span else 0.0
-    out: dict[str, Any] = {"miou": iou, **_tools(doc)}
+    out: dict[str, Any] = {"miou": iou, **tool_scores(doc)}
     for k in RECALL:
         out[f"r@{k}"] = float(iou >= k)
     return out

@@ -203,21 +203,12 @@ def sft_rows(spec: VideoSpec, video: str, config: SynthConfig, seed: int) -> lis
     target_times = [t for sample, _ in crops for t in sample.timestamps_s if spec.target.active(t)]
     rows: list[dict[str, Any]] = []
     for kind in config.question_types:
-        question, options = question_for(kind, spec.layout)
-        intro = f"The video is {spec.duration_s:.1f} seconds long. Overview ({k} frames):"
         calls = "\n".join(_tool_call(s, e) for s, e in windows)
         first = (
             "<think>\nThe question is about the shape that comes right after the checkerboard. "
             f"{seen} The shape should follow soon after, so I look closely at {len(windows)} "
             "windows around it in parallel.\n</think>\n" + calls
         )
-        tool_msgs = [
-            _msg(
-                "tool",
-                tool_response_message(ToolOutput(window_s=sample.window_s), summary=text).text,
-            )
-            for sample, text in crops
-        ]
         colour = spec.target.colour
         found = (
             f"The helpers saw a {colour} square at {_fmt_times(target_times)}, right after the "
@@ -226,24 +217,48 @@ def sft_rows(spec: VideoSpec, video: str, config: SynthConfig, seed: int) -> lis
         if kind == "tvg":
             found += f" It is on screen from {spec.target.start_s:g} s to {spec.target.end_s:g} s."
         final = f"<think>\n{found}\n</think>\n<answer>{answer_for(spec, kind)}</answer>"
-        rows.append(
-            {
-                "id": f"{spec.video_id}_{kind}_main",
-                "agent": "main",
-                "data_source": DATA_SOURCE,
-                "videos": [{"video": video}],
-                "frames": {"start_s": 0.0, "end_s": spec.duration_s, "num_frames": k},
-                "messages": [
-                    _msg("system", system_prompt(config.prompt_mode)),
-                    _msg("user", f"{intro}<video>Question: {format_question(question, options)}"),
-                    _msg("assistant", first),
-                    *tool_msgs,
-                    _msg("assistant", final),
-                ],
-                "extra_info": json.dumps(_extra_info(spec, kind, seed)),
-            }
-        )
+        turns = [_msg("assistant", first), *_tool_msgs(crops), _msg("assistant", final)]
+        rows.append(_main_row(spec, video, kind, k, config, seed, turns))
     return rows + _subagent_rows(spec, video, crops, seed)
+
+
+def _tool_msgs(crops: Sequence[tuple[Any, str]]) -> list[dict[str, str]]:
+    """The tool responses of one turn: each crop's window and its summary text."""
+    return [
+        _msg(
+            "tool",
+            tool_response_message(ToolOutput(window_s=sample.window_s), summary=text).text,
+        )
+        for sample, text in crops
+    ]
+
+
+def _main_row(
+    spec: VideoSpec,
+    video: str,
+    kind: QuestionType,
+    k: int,
+    config: SynthConfig,
+    seed: int,
+    turns: list[dict[str, str]],
+) -> dict[str, Any]:
+    """One main-agent teacher trace: system prompt, the `k`-frame overview with the question, then
+    the assistant's (and tools') `turns`."""
+    question, options = question_for(kind, spec.layout)
+    intro = f"The video is {spec.duration_s:.1f} seconds long. Overview ({k} frames):"
+    return {
+        "id": f"{spec.video_id}_{kind}_main",
+        "agent": "main",
+        "data_source": DATA_SOURCE,
+        "videos": [{"video": video}],
+        "frames": {"start_s": 0.0, "end_s": spec.duration_s, "num_frames": k},
+        "messages": [
+            _msg("system", system_prompt(config.prompt_mode)),
+            _msg("user", f"{intro}<video>Question: {format_question(question, options)}"),
+            *turns,
+        ],
+        "extra_info": json.dumps(_extra_info(spec, kind, seed)),
+    }
 
 
 def _subagent_rows(
@@ -315,10 +330,8 @@ def _single_sft_rows(
         else:
             text = f"{colour} square"
         crops.append((sample, text))
-    intro = f"The video is {spec.duration_s:.1f} seconds long. Overview ({k} frames):"
     rows: list[dict[str, Any]] = []
     for kind in config.question_types:
-        question, options = question_for(kind, spec.layout)
         rng = _trace_rng(seed, spec, kind)
         uses_tool = bool(rng.random() < config.tool_fraction)
         answer = answer_for(spec, kind)
@@ -334,15 +347,7 @@ def _single_sft_rows(
                     "assistant",
                     f"<think>\nI look closer at {len(windows)} windows.\n</think>\n{calls}",
                 ),
-                *(
-                    _msg(
-                        "tool",
-                        tool_response_message(
-                            ToolOutput(window_s=sample.window_s), summary=text
-                        ).text,
-                    )
-                    for sample, text in crops
-                ),
+                *_tool_msgs(crops),
                 _msg("assistant", f"<think>\n{found}\n</think>\n<answer>{answer}</answer>"),
             ]
         else:
@@ -357,21 +362,7 @@ def _single_sft_rows(
                 else:
                     answer = OPTION_LETTERS[OPTIONS.index(guess)] if kind == "mcq" else guess
             turns = [_msg("assistant", f"<think>\n{think}\n</think>\n<answer>{answer}</answer>")]
-        rows.append(
-            {
-                "id": f"{spec.video_id}_{kind}_main",
-                "agent": "main",
-                "data_source": DATA_SOURCE,
-                "videos": [{"video": video}],
-                "frames": {"start_s": 0.0, "end_s": spec.duration_s, "num_frames": k},
-                "messages": [
-                    _msg("system", system_prompt(config.prompt_mode)),
-                    _msg("user", f"{intro}<video>Question: {format_question(question, options)}"),
-                    *turns,
-                ],
-                "extra_info": json.dumps(_extra_info(spec, kind, seed)),
-            }
-        )
+        rows.append(_main_row(spec, video, kind, k, config, seed, turns))
     return rows + _subagent_rows(spec, video, crops, seed)
 
 

@@ -4,10 +4,12 @@ OpenAI-compatible chat API on 127.0.0.1, from one routes table (`ROUTES`) and on
 as on a continuously batching server). It is for tests, not for serving. Two modes:
 
 - Scripted: `FakeChatServer(reply, latency_s=None, *, record=True, model="fake")` answers
-  `POST /v1/chat/completions` with `reply(body) -> str` as the assistant text, after waiting
-  `latency_s(body)` seconds if given (a reply that raises is a 500), and `GET /v1/models` with
-  `model`. Every request body is kept in `bodies` (`record=False` keeps none, e.g. in a benchmark);
-  `max_in_flight` is the most requests it worked on at once.
+  `POST /v1/chat/completions` with `reply(body) -> str` as the assistant text (or, returning a
+  `(status, response)` pair, with that response as it is: finish reasons, log-probs, errors), after
+  waiting `latency_s(body)` seconds if given (a reply that raises is a 500), and `GET /v1/models`
+  with `model`. Every request body is kept in `bodies` and its headers in `headers`
+  (`record=False` keeps none, e.g. in a benchmark); `max_in_flight` is the most requests it worked
+  on at once; `chat.reply` may be replaced while it serves.
 
       with FakeChatServer(lambda body: "<answer>B</answer>") as server:
           ...  # base_url=server.base_url, model="fake"
@@ -59,7 +61,7 @@ from paravt.core.testing.stand_in_model import FakeSGLang
 
 log = logging.getLogger("paravt.core.testing.stand_in")
 
-Reply = Callable[[dict[str, Any]], str]
+Reply = Callable[[dict[str, Any]], str | tuple[int, Any]]
 Latency = Callable[[dict[str, Any]], float]
 _S = TypeVar("_S", bound="StandInServer")
 
@@ -72,15 +74,20 @@ class ScriptedChat:
     ) -> None:
         self.reply, self.latency_s, self.record, self.model = reply, latency_s, record, model
         self.bodies: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
         self.lock = threading.Lock()
         self.in_flight = 0
         self.max_in_flight = 0
 
-    def complete(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        """One `/v1/chat/completions` reply: 200 with the scripted text, 500 if the script fails."""
+    def complete(
+        self, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
+        """One `/v1/chat/completions` reply: 200 with the scripted text (or the scripted status and
+        response), 500 if the script fails."""
         with self.lock:
             if self.record:
                 self.bodies.append(body)
+                self.headers.append(dict(headers or {}))
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -92,6 +99,8 @@ class ScriptedChat:
         finally:
             with self.lock:
                 self.in_flight -= 1
+        if isinstance(text, tuple):
+            return text
         return 200, {
             "id": "fake",
             "object": "chat.completion",
@@ -172,11 +181,13 @@ class Route:
     """What answers one (method, path): `handler(backend, body)` returns the reply (a JSON value,
     a `PlainText`, or a `(status, reply)` pair); `body` says the route needs a JSON object body
     (SGLang >= 0.5.6 answers 400 to an empty POST on these); `mode` is the backend class that
-    serves it (`FakeSGLang`: model-backed, `ScriptedChat`: scripted)."""
+    serves it (`FakeSGLang`: model-backed, `ScriptedChat`: scripted); `headers`: the handler takes
+    the request's headers too, `handler(backend, body, headers)`."""
 
-    handler: Callable[[Any, dict[str, Any]], Any]
+    handler: Callable[..., Any]
     body: bool
     mode: type
+    headers: bool = False
 
 
 def _sglang(handler: Callable[[FakeSGLang, dict[str, Any]], Any], body: bool) -> Route:
@@ -208,7 +219,7 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("GET", "/fake/generated"): _sglang(lambda fake, body: fake.generated_by_version, False),
     # the OpenAI-compatible routes, scripted
     ("POST", "/v1/chat/completions"): Route(
-        lambda chat, body: chat.complete(body), True, ScriptedChat
+        lambda chat, body, headers: chat.complete(body, headers), True, ScriptedChat, headers=True
     ),
     ("GET", "/v1/models"): Route(
         lambda chat, body: {"object": "list", "data": [{"id": chat.model}]}, False, ScriptedChat
@@ -259,7 +270,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, {"detail": "Not Found"})  # FastAPI's answer to an unknown route
             return
         try:
-            reply = route.handler(backend, self._body(route.body))
+            body = self._body(route.body)
+            if route.headers:
+                reply = route.handler(backend, body, dict(self.headers.items()))
+            else:
+                reply = route.handler(backend, body)
         except (ValueError, KeyError, TypeError) as exc:
             self._send(400, {"error": {"message": f"{type(exc).__name__}: {exc}"}})
             return
@@ -334,6 +349,10 @@ class FakeChatServer(StandInServer):
     @property
     def bodies(self) -> list[dict[str, Any]]:
         return self.chat.bodies
+
+    @property
+    def headers(self) -> list[dict[str, str]]:
+        return self.chat.headers
 
     @property
     def max_in_flight(self) -> int:
