@@ -203,15 +203,13 @@ def test_the_runtime_runs_a_parallel_tool_episode_through_the_http_engine(
 
     server.chat.reply = reply
 
-    class FrameBox(StaticToolbox):
-        async def execute(self, calls: Any) -> Any:
-            outs = await super().execute(calls)
-            for out in outs:
-                out.frames = [Frame(frame(int(f.timestamp_s)), f.timestamp_s) for f in out.frames]
-            return outs
-
     messages = build_main_prompt("colour?", [Frame(frame(9), 5.0)], duration_s=60.0)
-    task = AgentTask("t", messages, FrameBox(duration_s=60.0, fps=0.2), "colour?")
+    task = AgentTask(
+        "t",
+        messages,
+        StaticToolbox(duration_s=60.0, fps=0.2, image=lambda t: frame(int(t))),
+        "colour?",
+    )
     config = AgentConfig(max_turns=3, sampling=SamplingParams(max_new_tokens=64))
     (episode,) = asyncio.run(run_episodes([task], OpenAIEngine(server.base_url, "m"), config))
     assert episode.answer == "red"

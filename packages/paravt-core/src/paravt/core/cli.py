@@ -12,12 +12,11 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from paravt.core.cli_style import add_debug, run_command, style
-from paravt.core.protocol import CropVideoArgs, Frame, ImagePart, Message, ToolOutput
+from paravt.core.protocol import Frame, ImagePart, Message
 from paravt.core.runtime import Episode, Trajectory
 from paravt.core.testing import StaticToolbox, build_tiny_qwen3vl, cached_tiny_qwen3vl
 
@@ -44,21 +43,9 @@ def toy_frame(timestamp_s: float, size: int = 32) -> Any:
     return image
 
 
-@dataclass
-class ToyVideoToolbox:
+def toy_video_toolbox(duration_s: float = DEMO_DURATION_S) -> StaticToolbox:
     """`crop_video` over a synthetic video: StaticToolbox's windows with `toy_frame` images."""
-
-    duration_s: float = DEMO_DURATION_S
-    inner: StaticToolbox = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.inner = StaticToolbox(duration_s=self.duration_s)
-
-    async def execute(self, calls: Sequence[CropVideoArgs]) -> list[ToolOutput]:
-        outputs = await self.inner.execute(calls)
-        for out in outputs:
-            out.frames = [Frame(toy_frame(f.timestamp_s), f.timestamp_s) for f in out.frames]
-        return outputs
+    return StaticToolbox(duration_s=duration_s, image=toy_frame)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -214,7 +201,7 @@ def run_demo(
     task = AgentTask(
         "demo",
         build_main_prompt(DEMO_QUESTION, overview, duration_s=DEMO_DURATION_S, max_turns=2),
-        ToyVideoToolbox(),
+        toy_video_toolbox(),
         DEMO_QUESTION,
     )
     config = AgentConfig(

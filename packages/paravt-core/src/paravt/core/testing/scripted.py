@@ -70,15 +70,17 @@ class ScriptedEngine:
 
 @dataclass
 class StaticToolbox:
-    """A toolbox over a video of `duration_s` seconds whose frames are (timestamp,) tuples.
+    """A toolbox over a video of `duration_s` seconds whose frames are ("frame", timestamp)
+    tuples, or `image(timestamp)` when given (e.g. a uint8 array, for an engine that encodes it).
 
-    Windows are clamped to the video like the real tool; `fail_windows` makes chosen starts fail.
+    Windows are clamped to the video like the real tool; `fail_starts` makes chosen starts fail.
     """
 
     duration_s: float = 60.0
     fps: float = 1.0
     fail_starts: frozenset[float] = frozenset()
     calls: list[list[CropVideoArgs]] = field(default_factory=list)
+    image: Callable[[float], Any] | None = None
 
     async def execute(self, calls: Sequence[CropVideoArgs]) -> list[ToolOutput]:
         self.calls.append(list(calls))
@@ -98,9 +100,8 @@ class StaticToolbox:
                 continue
             n = call.num_frames or max(1, min(16, int((end - start) * self.fps)))
             step = (end - start) / n
-            frames = [
-                Frame(("frame", start + step * (k + 0.5)), start + step * (k + 0.5))
-                for k in range(n)
-            ]
+            times = [start + step * (k + 0.5) for k in range(n)]
+            image = self.image or (lambda t: ("frame", t))
+            frames = [Frame(image(t), t) for t in times]
             outputs.append(ToolOutput(text=f"{n} frames", frames=frames, window_s=(start, end)))
         return outputs
