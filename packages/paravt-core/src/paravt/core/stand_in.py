@@ -1,38 +1,13 @@
-"""Moved to `paravt.core.testing.stand_in`; this old path re-exports it, and
+"""Moved to `paravt.core.testing.stand_in`; this old path still answers every name, and
 `python -m paravt.core.stand_in` still serves, with a DeprecationWarning, until a later release
 removes it."""
 
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
-from paravt.core.testing.stand_in import (
-    FLUSH_TEXT,
-    ROUTES,
-    FakeChatServer,
-    PlainText,
-    Route,
-    ScriptedChat,
-    StandInServer,
-    assistant_turns,
-    main,
-    serve,
-    spawn,
-)
-
-__all__ = [
-    "FLUSH_TEXT",
-    "ROUTES",
-    "FakeChatServer",
-    "PlainText",
-    "Route",
-    "ScriptedChat",
-    "StandInServer",
-    "assistant_turns",
-    "main",
-    "serve",
-    "spawn",
-]
+from paravt.core.testing import stand_in as _moved
 
 warnings.warn(
     "paravt.core.stand_in moved to paravt.core.testing.stand_in "
@@ -41,5 +16,10 @@ warnings.warn(
     stacklevel=1 if __name__ == "__main__" else 2,
 )
 
+
+def __getattr__(name: str) -> Any:
+    return getattr(_moved, name)
+
+
 if __name__ == "__main__":
-    main()
+    _moved.main()
