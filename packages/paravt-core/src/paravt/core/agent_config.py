@@ -25,6 +25,13 @@ class SamplingParams(BaseModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     top_k: int = Field(0, ge=0, description="Top-k sampling; 0 disables it.")
     seed: int | None = Field(None, description="Seed for reproducible sampling, when supported.")
+    batch_invariant: bool = Field(
+        False,
+        description="With a seed: sample each trajectory from (seed, its `sample_key`, its "
+        "position) alone, so its tokens do not depend on which requests share its batch, in what "
+        "order (the in-process engine; the runtime sets the keys). False: one seed per batch, "
+        "whose draws each row gets depend on the batch (the draws recorded before this option).",
+    )
 
 
 class AgentConfig(BaseModel):

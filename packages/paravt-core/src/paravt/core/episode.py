@@ -70,6 +70,11 @@ class Trajectory:
     turn: int | None = None  # sub-agents: the main turn that spawned them
     call_index: int | None = None  # sub-agents: the call they answered
     assistant_prefix: str = ""  # text the engine appended after the generation prompt
+    # a stable key of this request, set by the runtime from the episode's place in its
+    # `run_episodes` call, the role, and (sub-agents) the main turn and call; with
+    # `SamplingParams.batch_invariant` an engine draws this trajectory's tokens from (seed, key,
+    # position) alone, whatever else shares its batch. None: no key (the batch's seed is used)
+    sample_key: int | None = None
 
     def add_prompt(self, encoded: Encoded, messages: Sequence[Message]) -> None:
         self.messages.extend(messages)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ __all__ = [
     "TurnRecord",
     "run_episodes",
     "run_episodes_sync",
+    "sample_key",
 ]
 
 # --------------------------------------------------------------------------------------------------
@@ -74,6 +76,18 @@ class _State:
     last: Generated | None = None
     done: bool = False
     started: float = field(default_factory=time.perf_counter)
+
+
+def sample_key(
+    index: int, role: str, turn: int | None = None, call_index: int | None = None
+) -> int:
+    """The stable sampling key of a request (`Trajectory.sample_key`): episode `index` in its
+    `run_episodes` call, the role and, for a sub-agent, the main turn and call that spawned it.
+    A hash of their text (blake2b, not Python's salted `hash`), the same in every process; the
+    main trajectory keeps one key over its turns, whose positions differ."""
+    text = f"paravt/{index}/{role}/{turn}/{call_index}"
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1  # 63 bits
 
 
 def _plan_calls(
@@ -157,8 +171,8 @@ async def run_episodes(
     protocol = protocol or PARAVT_PROTOCOL
     prefix = THINK_PREFIX if config.think_prefix else ""
     states: list[_State] = []
-    for task in tasks:
-        main = Trajectory("main", assistant_prefix=prefix)
+    for index, task in enumerate(tasks):
+        main = Trajectory("main", assistant_prefix=prefix, sample_key=sample_key(index, "main"))
         main.add_prompt(engine.encode_prompt(task.messages, assistant_prefix=prefix), task.messages)
         states.append(_State(task, Episode(task.key, main)))
     if not states:
@@ -318,7 +332,9 @@ async def _run_subagents(
         if not output.ok or output.window_s is None:
             continue
         messages = build_subagent_prompt(state.task.question, output.window_s, output.frames)
-        traj = Trajectory("subagent", turn=turn, call_index=i)
+        traj = Trajectory(
+            "subagent", turn=turn, call_index=i, sample_key=sample_key(index, "subagent", turn, i)
+        )
         traj.add_prompt(engine.encode_prompt(messages), messages)
         jobs.append((i, traj))
     if not jobs:

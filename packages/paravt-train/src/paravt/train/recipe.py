@@ -373,6 +373,14 @@ class RolloutSpec(_Strict):
     group_size: int = Field(8, ge=1, description="Rollouts per prompt (the GRPO group).")
     temperature: float = Field(0.7, ge=0, description="Sampling temperature of rollouts.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    batch_invariant_sampling: bool = Field(
+        False,
+        description="engine=hf: sample each episode's tokens from (step seed, the request's key, "
+        "the token's position) alone (paravt-core's SamplingParams.batch_invariant), so a seeded "
+        "run draws the same tokens however the runtime happens to batch its requests (the "
+        "batching depends on timing, so on the machine's load). False: one seed per batch, as "
+        "the runs recorded before this key.",
+    )
     max_new_tokens: int = Field(2048, ge=1, description="Main-agent tokens per turn at most.")
     subagent_max_new_tokens: int = Field(256, ge=1, description="Sub-agent tokens at most.")
     max_turns: int = Field(3, ge=1, description="Main-agent turns; the last is forced to answer.")

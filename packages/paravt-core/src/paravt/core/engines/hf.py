@@ -11,11 +11,22 @@ Images (numpy HWC/CHW uint8, torch uint8 (C, H, W) or PIL) are expanded to the r
 
 The engine holds a reference to its model (`engine.model`), never a copy: a trainer that passes its
 policy module shares the weights, and every optimizer step is seen by the next rollout.
+
+Seeded sampling comes in two kinds. By default one seed per batch (`torch.manual_seed` before
+`model.generate`): which draws a row gets depends on the rows beside it and their order, and the
+runtime's batches depend on timing. With `SamplingParams.batch_invariant` and a `sample_key` on
+every trajectory (the runtime sets them), each row samples by the Gumbel-max trick under greedy
+decoding: temperature, top-k and top-p warp its logits as before, `KeyedGumbelNoise` adds Gumbel
+noise drawn from a generator seeded by (seed, the row's key, the token's position in its own
+trajectory), and the argmax is a sample of the same distribution. A row's tokens then depend on its
+own logits, key and positions only; what is left of the batch is float rounding in the logits of
+differently shaped batches (tests/test_batch_invariant_sampling.py measures it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -80,6 +91,55 @@ def to_image_tensor(image: Any) -> torch.Tensor:
     if image.shape[0] != 3:
         raise ValueError(f"image shape {tuple(image.shape)} has no 1 or 3 channel axis")
     return image.contiguous()
+
+
+def token_seed(seed: int, key: int, position: int) -> int:
+    """The generator seed of one sampled token: the run's `seed`, the request's `key`
+    (`Trajectory.sample_key`) and the token's `position` in its own trajectory (its unpadded
+    prompt length plus the step), hashed (blake2b) to 63 bits, the same in every process."""
+    digest = hashlib.blake2b(f"{seed}/{key}/{position}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+class KeyedGumbelNoise:
+    """A logits processor that turns greedy decoding into sampling, row by row: it adds to row i
+    Gumbel(0, 1) noise drawn from a generator seeded by `token_seed(seed, keys[i], position)`, the
+    position being `prompt_lengths[i]` plus the step, so that the argmax of the (warped) scores
+    plus noise is a sample of softmax(scores) that depends on nothing else in the batch.
+
+    `width`: the padded prompt width of the batch (`input_ids` grows from it by one per step).
+    Tokens masked to -inf (suppressed, outside top-k/top-p) stay -inf. The noise is float32 from
+    the scores' device's generator: the same on every machine of one device type, not across
+    device types."""
+
+    def __init__(
+        self, seed: int, keys: Sequence[int], prompt_lengths: Sequence[int], width: int
+    ) -> None:
+        if len(keys) != len(prompt_lengths):
+            raise ValueError(f"{len(keys)} keys for {len(prompt_lengths)} rows")
+        self.seed = seed
+        self.keys = list(keys)
+        self.prompt_lengths = list(prompt_lengths)
+        self.width = width
+        self._generators: list[torch.Generator] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        if scores.shape[0] != len(self.keys):
+            raise ValueError(f"{scores.shape[0]} rows of scores for {len(self.keys)} keys")
+        if not self._generators or self._generators[0].device != scores.device:
+            self._generators = [torch.Generator(device=scores.device) for _ in self.keys]
+        step = input_ids.shape[1] - self.width
+        uniform = torch.empty(scores.shape, dtype=torch.float32, device=scores.device)
+        for i, (key, length, generator) in enumerate(
+            zip(self.keys, self.prompt_lengths, self._generators)
+        ):
+            generator.manual_seed(token_seed(self.seed, key, length + step))
+            uniform[i].uniform_(generator=generator)
+        # Gumbel(0, 1) = -log(-log U); U = 0 (probability 2^-24) is read as the smallest float
+        gumbel = uniform.clamp_(min=torch.finfo(torch.float32).tiny).log_().neg_().log_().neg_()
+        return scores + gumbel.to(scores.dtype)
 
 
 def _hf_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -337,6 +397,30 @@ class HFEngine(HFChatEncoder):
             self._generate_thread, self.generate_sync, trajectories, sampling
         )
 
+    @staticmethod
+    def _keyed_sampler(
+        sampling: SamplingParams, keys: list[int], prompt_lengths: list[int], width: int
+    ) -> Any:
+        """The logits processors of batch-invariant sampling, in the order `generate` applies its
+        own when sampling (after suppression): temperature, top-k, top-p, then the keyed noise."""
+        from transformers import (
+            LogitsProcessorList,
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+
+        assert sampling.seed is not None
+        processors: list[Any] = []
+        if sampling.temperature != 1.0:
+            processors.append(TemperatureLogitsWarper(sampling.temperature))
+        if sampling.top_k:
+            processors.append(TopKLogitsWarper(top_k=sampling.top_k))
+        if sampling.top_p < 1.0:
+            processors.append(TopPLogitsWarper(top_p=sampling.top_p))
+        processors.append(KeyedGumbelNoise(sampling.seed, keys, prompt_lengths, width))
+        return LogitsProcessorList(processors)
+
     def generate_sync(
         self, trajectories: Sequence[Trajectory], sampling: SamplingParams
     ) -> list[Generated]:
@@ -366,16 +450,23 @@ class HFEngine(HFChatEncoder):
             inputs["mm_token_type_ids"] = (input_ids == self.image_token_id).int().to(device)
 
         greedy = sampling.temperature == 0.0
+        keys = [t.sample_key for t in trajectories]
+        keyed = (
+            not greedy
+            and sampling.batch_invariant
+            and sampling.seed is not None
+            and all(k is not None for k in keys)
+        )
         gen_kwargs: dict[str, Any] = {
             "max_new_tokens": sampling.max_new_tokens,
-            "do_sample": not greedy,
+            "do_sample": not greedy and not keyed,
             "eos_token_id": self.eos_token_ids,
             "pad_token_id": self.pad_token_id,
             "suppress_tokens": self._suppress or None,
             "output_logits": True,
             "return_dict_in_generate": True,
         }
-        if greedy:
+        if greedy or keyed:
             gen_kwargs.update(temperature=None, top_p=None, top_k=None)
         else:
             gen_kwargs.update(
@@ -383,8 +474,12 @@ class HFEngine(HFChatEncoder):
                 top_p=sampling.top_p,
                 top_k=sampling.top_k or None,
             )
+        if keyed:
+            gen_kwargs["logits_processor"] = self._keyed_sampler(
+                sampling, [int(k) for k in keys if k is not None], [len(r) for r in rows], width
+            )
         with self._lock, torch.random.fork_rng(devices=[] if device.type == "cpu" else [device]):
-            if sampling.seed is not None:
+            if sampling.seed is not None and not keyed:
                 torch.manual_seed(sampling.seed)
             was_training = self.model.training
             self.model.eval()

@@ -37,13 +37,18 @@ def agent_config(recipe: RLRecipe, *, seed: int | None) -> AgentConfig:
         schedule=r.schedule,
         max_num_frames=recipe.video.max_crop_frames,
         sampling=SamplingParams(
-            max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, seed=seed
+            max_new_tokens=r.max_new_tokens,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            seed=seed,
+            batch_invariant=r.batch_invariant_sampling,
         ),
         subagent_sampling=SamplingParams(
             max_new_tokens=r.subagent_max_new_tokens,
             temperature=r.temperature,
             top_p=r.top_p,
             seed=None if seed is None else seed + 1,
+            batch_invariant=r.batch_invariant_sampling,
         ),
     )
 
