@@ -32,7 +32,7 @@ from paravt.train.modeling import (
     filler_sequence,
     token_logprobs,
 )
-from paravt.train.recipe import SFTRecipe
+from paravt.train.recipe import DataSpec, SFTRecipe
 from paravt.train.runs import start_run
 
 log = logging.getLogger("paravt.train")
@@ -105,14 +105,16 @@ def example_messages_factory(recipe: SFTRecipe) -> Callable[[Any], list[Message]
     return source.messages_of
 
 
-def _load_examples(recipe: SFTRecipe) -> list[Any]:
-
-    ensure_synth(recipe.data)
-    examples, report = read_sft_rows(
-        recipe.data.parquet, root=recipe.data.root, max_rows=recipe.data.max_rows
-    )
-    log.info("SFT data: %s", report)
-    return examples
+def load_examples(
+    data: DataSpec, read: Callable[..., tuple[Sequence[Any], Any]], what: str
+) -> list[Any]:
+    """A recipe's rows through `read` (`paravt.train.data.read_sft_rows` / `read_rl_rows`),
+    generating its synthetic task set first when the recipe has one and it is missing; the read
+    report is logged as `<what> data: ...`. Both trainers load their data here."""
+    ensure_synth(data)
+    examples, report = read(data.parquet, root=data.root, max_rows=data.max_rows)
+    log.info("%s data: %s", what, report)
+    return list(examples)
 
 
 class EncodedRows(torch.utils.data.Dataset):  # type: ignore[type-arg, unused-ignore]
@@ -212,7 +214,7 @@ def train_sft(
         rows: list[Any] = list(conversations)
         to_messages: Callable[[Any], list[Message]] = list
     else:
-        rows = _load_examples(recipe)
+        rows = load_examples(recipe.data, read_sft_rows, "SFT")
         to_messages = example_messages_factory(recipe)
 
     order = RowOrder(len(rows), recipe.seed, recipe.data.shuffle)

@@ -6,25 +6,42 @@
   (`NoSignalWatch`), the training sequences and episode metrics;
 - `learner`: micro-batches, the log-prob pass (proximal, reference), the KL reward, `update`
   (the loss and one optimiser step);
-- `policy`: `PolicyEngine`, the rollout engine of a run and how it follows the policy's weights
-  (in-process, SGLang or vLLM servers; pushes, versions, sync checks; `WeightSyncError`);
-- `run`: the recipe top to bottom (`train_rl`: set-up -> data -> (rollout -> score -> update)
-  loop -> checkpoints), `evaluate` on held-out examples, and the recipe's builders.
+- `engines`: the rollout engines, one class per kind behind one interface (`RolloutEngine`:
+  build, before_update, load_weights, verify, metrics, close), registered by the recipe's
+  `rollout.engine` name (`register_engine`): in-process HF, an HF replica, SGLang and vLLM
+  servers;
+- `policy`: `PolicyEngine`, the run's rollout engine and how it follows the policy's weights
+  (versions, buckets, the check of a push and its one repeat; `WeightSyncError`);
+- `run`: the recipe top to bottom (`train_rl`: `set_up_rl` -> the loop of `rl_step` (rollout ->
+  score -> update -> sync -> `step_metrics`) -> checkpoints -> final), `evaluate` on held-out
+  examples, and the recipe's builders.
 
 Import from here; the modules are the layout, not the interface.
 """
 
 from __future__ import annotations
 
+from paravt.train.rl.engines import (
+    EngineContext,
+    RolloutEngine,
+    WeightCheck,
+    engine_names,
+    register_engine,
+)
 from paravt.train.rl.learner import add_kl_reward, logprob_pass, update
 from paravt.train.rl.policy import PolicyEngine, WeightSyncError
 from paravt.train.rl.rollouts import PreparedStep, Rollouts, agent_config, prompt_messages, rollout
 from paravt.train.rl.run import (
+    RLSetup,
+    StepPlan,
     build_gate,
     build_reward_config,
     evaluate,
     load_rl_examples,
     resume_hint,
+    rl_step,
+    set_up_rl,
+    step_metrics,
     train_rl,
 )
 from paravt.train.rl.scoring import (
@@ -37,24 +54,34 @@ from paravt.train.rl.scoring import (
 )
 
 __all__ = [
+    "EngineContext",
     "NoSignalWatch",
     "PolicyEngine",
     "PreparedStep",
+    "RLSetup",
+    "RolloutEngine",
     "Rollouts",
+    "StepPlan",
+    "WeightCheck",
     "WeightSyncError",
     "add_kl_reward",
     "agent_config",
     "build_gate",
     "build_reward_config",
+    "engine_names",
     "episode_metrics",
     "evaluate",
     "global_group_advantages",
     "load_rl_examples",
     "logprob_pass",
     "prompt_messages",
+    "register_engine",
     "resume_hint",
+    "rl_step",
     "rollout",
     "score_rollouts",
+    "set_up_rl",
+    "step_metrics",
     "train_rl",
     "training_sequences",
     "update",

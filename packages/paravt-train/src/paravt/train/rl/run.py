@@ -1,16 +1,19 @@
-"""The RL recipe, top to bottom: setup -> data -> (rollout -> reward -> update) loop.
+"""The RL recipe, top to bottom: `train_rl` is set-up (`set_up_rl`), the loop over steps
+(`rl_step`) and the finish.
 
-Per step:
-1. take `batch_prompts` prompts (split over ranks);
+One step (`rl_step`):
+1. take `batch_prompts` prompts (split over ranks; `StepPlan`);
 2. nFrames gating (`paravt.rewards.NFramesGate`) picks the overview K of each prompt, the same K
    for all its rollouts;
 3. `group_size` rollouts per prompt run through the agent runtime (`paravt.core.run_episodes`) on
-   an Engine that shares the policy's weights (think prefix, turns, parallel dispatch, sub-agents);
+   the run's rollout engine (`paravt.train.rl.engines`: the policy module itself, a replica, or
+   SGLang / vLLM servers; think prefix, turns, parallel dispatch, sub-agents);
 4. `paravt.rewards.score_episode` scores every episode, `group_advantages` normalises per group;
 5. PPO clipped loss against the rollout log-probs + k3 KL to a frozen reference, over the main
    trajectories and (with `include_subagents_in_loss`) the sub-agent trajectories, which carry
    their episode's advantage;
-6. metrics.jsonl row, progress bar, checkpoint every N steps.
+6. the rollout engine follows the new weights (`PolicyEngine.sync`);
+7. the metrics row (`step_metrics`), progress bar, checkpoint every N steps.
 
 With `rollout.max_staleness > 0` (SGLang servers only) steps 1-3 of later steps run ahead on a
 `paravt.train.producer.RolloutProducer` while this step trains: rollouts may come from weights up
@@ -22,27 +25,30 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from paravt.core import (
     Episode,
     run_episodes,
 )
 from paravt.core.engines import HFEngine
-from paravt.rewards import NFramesGate
+from paravt.rewards import NFramesGate, RewardConfig
 from paravt.train.checkpoint import (
     latest_checkpoint,
 )
 from paravt.train.data import read_rl_rows
 from paravt.train.distributed import (
+    Backend,
     all_reduce_mean,
     shard_like_policy,
 )
-from paravt.train.frames import FrameSource, ensure_synth
+from paravt.train.frames import FrameSource
 from paravt.train.metrics import RowOrder
 from paravt.train.modeling import (
+    Sequence_,
     ensure_model,
     filler_sequence,
     load_model_and_processor,
@@ -66,31 +72,30 @@ from paravt.train.rl.scoring import (
     training_sequences,
     zero_groups_frac,
 )
-from paravt.train.runs import start_run
+from paravt.train.runs import Run, start_run
+from paravt.train.sft import load_examples
 
 log = logging.getLogger("paravt.train")
 
+OnStep = Callable[[int, Backend, dict[str, float], Rollouts], None]
+
 
 def load_rl_examples(recipe: RLRecipe) -> list[Any]:
-
-    ensure_synth(recipe.data)
-    examples, report = read_rl_rows(
-        recipe.data.parquet, root=recipe.data.root, max_rows=recipe.data.max_rows
-    )
-    log.info("RL data: %s", report)
-    return examples
+    """The recipe's RL rows (its synthetic task set generated first when it has one)."""
+    return load_examples(recipe.data, read_rl_rows, "RL")
 
 
-def build_gate(recipe: RLRecipe) -> Any:
-
+def build_gate(recipe: RLRecipe) -> NFramesGate:
+    """The nFrames gate of `recipe.gating` (its default K: the overview's frame count)."""
     g = recipe.gating
     return NFramesGate(
         choices=g.choices, seed=g.seed, enabled=g.enabled, default=recipe.video.overview_frames
     )
 
 
-def build_reward_config(recipe: RLRecipe) -> Any:
-    config = recipe.reward.build()
+def build_reward_config(recipe: RLRecipe) -> RewardConfig:
+    """The reward of `recipe.reward` (with token-level anchoring when the advantage asks)."""
+    config: RewardConfig = recipe.reward.build()
     if recipe.advantage.token_level_anchoring:
         config = config.model_copy(update={"anchoring": "token"})
     return config
@@ -107,14 +112,158 @@ def resume_hint(out: Path, recipe: RLRecipe) -> str:
     return f"The last complete checkpoint is {last}: fix the cause and rerun with --resume"
 
 
+class StepPlan:
+    """Which prompts each step trains on, in step order: `plan(step)` is this rank's share of the
+    step's prompts, their data epoch and the step's sampling seed. The data state before each
+    step is kept, so a checkpoint resumes exactly even when later steps were planned ahead (the
+    producer plans from its own thread)."""
+
+    def __init__(
+        self, rows: list[Any], recipe: RLRecipe, rank: int, world: int, state: Any = None
+    ) -> None:
+        if recipe.rollout.batch_prompts % world:
+            raise ValueError(
+                f"rollout.batch_prompts ({recipe.rollout.batch_prompts}) must divide over "
+                f"{world} ranks; pick a multiple of {world}"
+            )
+        self.rows, self.rank = rows, rank
+        self.batch, self.seed = recipe.rollout.batch_prompts, recipe.seed
+        self.per_rank = self.batch // world
+        self.order = RowOrder(len(rows), recipe.seed, recipe.data.shuffle)
+        if state is not None:
+            self.order.load(state)
+        self._before: dict[int, dict[str, int]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, step: int) -> tuple[int, list[Any], int]:
+        with self._lock:
+            self._before[step] = self.order.state()
+            epoch = self.order.epoch
+            picked = self.order.take(self.batch)
+        picked = picked[self.rank * self.per_rank : (self.rank + 1) * self.per_rank]
+        seed = (self.seed * 1_000_003 + step * 7919 + self.rank * 104_729) % 2**31
+        return epoch, [self.rows[i] for i in picked], seed
+
+    def data_state_after(self, step: int) -> dict[str, int]:
+        """The data state a resume at `step + 1` starts from (and forget the steps done)."""
+        with self._lock:
+            for done in [k for k in self._before if k <= step]:
+                del self._before[done]
+            return self._before.get(step + 1) or self.order.state()
+
+
+@dataclass
+class RLSetup:
+    """What every step of a run uses (`set_up_rl` builds it once)."""
+
+    recipe: RLRecipe
+    run: Run
+    policy: PolicyEngine
+    engine: Any  # what the agent runtime generates with: the policy's engine, maybe wrapped
+    ref_model: Any
+    frames: Any
+    gate: NFramesGate
+    reward_config: RewardConfig
+    plan: StepPlan
+    producer: RolloutProducer[PreparedStep, list[Episode]] | None
+    filler: Sequence_ | None
+    no_signal: NoSignalWatch
+
+    def close(self) -> None:
+        if self.producer is not None:
+            self.producer.close()
+        self.policy.close()
+
+
+def reference_model(recipe: RLRecipe, run: Run, init_path: Any) -> Any:
+    """The frozen KL reference: the initial policy (also on resume), sharded like the policy;
+    None without a KL term."""
+    if recipe.loss.kl_coef <= 0:
+        return None
+    ref_model, _ = load_model_and_processor(
+        recipe.model.model_copy(update={"gradient_checkpointing": False}),
+        run.device,
+        path=init_path,
+        dtype=run.compute_dtype,
+    )
+    return shard_like_policy(ref_model, recipe.distributed, run.compute_dtype).eval()
+
+
+def rollout_producer(
+    recipe: RLRecipe, plan: StepPlan, engine: Any, frames: Any, gate: NFramesGate, start: int
+) -> RolloutProducer[PreparedStep, list[Episode]]:
+    """Steps `start + 1 ..` generated ahead of training, at most `max_staleness` versions old."""
+
+    def prepare(step: int) -> PreparedStep:
+        epoch, batch_examples, seed = plan(step)
+        tasks, per_episode, budgets = rollout_tasks(
+            batch_examples, frames, gate, recipe, epoch=epoch
+        )
+        return PreparedStep(epoch, seed, tasks, per_episode, budgets)
+
+    async def generate(prepared: PreparedStep) -> list[Episode]:
+        config = agent_config(recipe, seed=prepared.seed)
+        return await run_episodes(prepared.tasks, engine, config)
+
+    log.info(
+        "asynchronous rollouts: up to %d steps ahead of training", recipe.rollout.max_staleness
+    )
+    return RolloutProducer(
+        prepare,
+        generate,
+        first=start + 1,
+        last=recipe.max_steps,
+        max_staleness=recipe.rollout.max_staleness,
+        version=start,
+    )
+
+
+def set_up_rl(
+    recipe: RLRecipe,
+    run: Run,
+    *,
+    examples: Sequence[Any] | None = None,
+    frames: Any = None,
+    wrap_engine: Callable[[Any], Any] | None = None,
+) -> RLSetup:
+    """After `start_run`: the reference, the resume, the rollout engine (starting from the
+    policy's weights), the data plan, the gate, the reward config and, asynchronous, the
+    producer."""
+    init_path = ensure_model(recipe.model)  # the reference and the servers start from it
+    ref_model = reference_model(recipe, run, init_path)
+    run.resume()  # after the reference: the restored generators are the run's own
+    policy = PolicyEngine(
+        recipe,
+        run.backend,
+        run.processor,
+        run.checkpoint_dir or init_path,
+        run.device,
+        step=run.start,
+    )
+    engine = policy.engine if wrap_engine is None else wrap_engine(policy.engine)
+    frames = FrameSource(recipe.video) if frames is None else frames
+    rows = list(examples) if examples is not None else load_rl_examples(recipe)
+    gate = build_gate(recipe)
+    plan = StepPlan(rows, recipe, run.rank, run.world, run.data_state)
+    producer = None
+    if recipe.rollout.max_staleness:
+        producer = rollout_producer(recipe, plan, engine, frames, gate, run.start)
+    filler = filler_sequence(policy.engine) if run.world > 1 else None
+    watch = NoSignalWatch(recipe.advantage.zero_signal_warn_steps)
+    return RLSetup(
+        recipe, run, policy, engine, ref_model, frames, gate, build_reward_config(recipe), plan,
+        producer, filler, watch,
+    )  # fmt: skip
+
+
 def train_rl(
     recipe: RLRecipe,
     *,
     resume: bool = False,
     examples: Sequence[Any] | None = None,
     frames: Any = None,
-    wrap_engine: Any = None,
-    on_step: Any = None,
+    wrap_engine: Callable[[Any], Any] | None = None,
+    on_step: OnStep | None = None,
 ) -> Path:
     """Run RL as the recipe says; returns the `final/` model directory.
 
@@ -125,168 +274,118 @@ def train_rl(
     tests; it may make collectives, the same on every rank).
     """
     run = start_run(recipe, resume=resume)
-    init_path = ensure_model(recipe.model)  # the reference and the servers start from it
-    out, device, rank, world = run.out, run.device, run.rank, run.world
-    backend, processor, compute_dtype = run.backend, run.processor, run.compute_dtype
-    ref_model = None
-    if recipe.loss.kl_coef > 0:  # the frozen reference is the initial policy, also on resume
-        ref_model, _ = load_model_and_processor(
-            recipe.model.model_copy(update={"gradient_checkpointing": False}),
-            device,
-            path=init_path,
-            dtype=compute_dtype,
-        )
-        ref_model = shard_like_policy(ref_model, recipe.distributed, compute_dtype).eval()
-    logger = run.resume()  # after the reference: the restored generators are the run's own
-    ckpt, start, order_state = run.checkpoint_dir, run.start, run.data_state
-
-    policy = PolicyEngine(recipe, backend, processor, ckpt or init_path, device, step=start)
-    engine = policy.engine if wrap_engine is None else wrap_engine(policy.engine)
-    if frames is None:
-        frames = FrameSource(recipe.video)
-    rows = list(examples) if examples is not None else load_rl_examples(recipe)
-    gate = build_gate(recipe)
-    reward_config = build_reward_config(recipe)
-    order = RowOrder(len(rows), recipe.seed, recipe.data.shuffle)
-    if order_state is not None:
-        order.load(order_state)
-    if recipe.rollout.batch_prompts % world:
-        raise ValueError(
-            f"rollout.batch_prompts ({recipe.rollout.batch_prompts}) must divide over "
-            f"{world} ranks; pick a multiple of {world}"
-        )
-    per_rank = recipe.rollout.batch_prompts // world
-    pad_id, image_id = policy.engine.pad_token_id, policy.engine.image_token_id
-    filler = filler_sequence(policy.engine) if world > 1 else None
-
-    # Which prompts each step trains on, in step order; the data state before each step is kept
-    # so a checkpoint resumes exactly even when later steps were prepared ahead.
-    order_before: dict[int, dict[str, int]] = {}
-    plan_lock = threading.Lock()
-
-    def plan(step: int) -> tuple[int, list[Any], int]:
-        with plan_lock:
-            order_before[step] = order.state()
-            epoch = order.epoch
-            picked = order.take(recipe.rollout.batch_prompts)
-        picked = picked[rank * per_rank : (rank + 1) * per_rank]
-        seed = (recipe.seed * 1_000_003 + step * 7919 + rank * 104_729) % 2**31
-        return epoch, [rows[i] for i in picked], seed
-
-    def data_state_after(step: int) -> dict[str, int]:
-        """The data state a resume at `step + 1` starts from (and forget the steps done)."""
-        with plan_lock:
-            for done in [k for k in order_before if k <= step]:
-                del order_before[done]
-            return order_before.get(step + 1) or order.state()
-
-    producer: RolloutProducer[PreparedStep, list[Episode]] | None = None
-    if recipe.rollout.max_staleness:
-
-        def prepare(step: int) -> PreparedStep:
-            epoch, batch_examples, seed = plan(step)
-            tasks, per_episode, budgets = rollout_tasks(
-                batch_examples, frames, gate, recipe, epoch=epoch
-            )
-            return PreparedStep(epoch, seed, tasks, per_episode, budgets)
-
-        async def generate(prepared: PreparedStep) -> list[Episode]:
-            config = agent_config(recipe, seed=prepared.seed)
-            return await run_episodes(prepared.tasks, engine, config)
-
-        producer = RolloutProducer(
-            prepare,
-            generate,
-            first=start + 1,
-            last=recipe.max_steps,
-            max_staleness=recipe.rollout.max_staleness,
-            version=start,
-        )
-        log.info(
-            "asynchronous rollouts: up to %d steps ahead of training", recipe.rollout.max_staleness
-        )
-    no_signal = NoSignalWatch(recipe.advantage.zero_signal_warn_steps)
-    step = start
+    rl = set_up_rl(recipe, run, examples=examples, frames=frames, wrap_engine=wrap_engine)
+    step = run.start
     try:
-        for step in range(start + 1, recipe.max_steps + 1):
-            t0 = time.perf_counter()
-            async_metrics: dict[str, float] = {}
-            if producer is None:
-                epoch, batch_examples, seed = plan(step)
-                ro = rollout(batch_examples, engine, frames, gate, recipe, epoch=epoch, seed=seed)
-            else:
-                got = producer.take(step)
-                epoch = got.prepared.epoch
-                ro = Rollouts(got.result, got.prepared.per_episode, got.prepared.budgets)
-                async_metrics = {
-                    "rollout/staleness": float(got.staleness),
-                    "time/rollout_generate_s": got.ended_at - got.started_at,
-                }
-            t1 = time.perf_counter()
-            score_rollouts(ro, reward_config, recipe)
-            seqs = training_sequences(ro, recipe, policy.engine, reward_config)
-            t2 = time.perf_counter()
-            metrics = episode_metrics(ro)
-            metrics["advantage/zero_groups_frac"] = zero_groups_frac(
-                [r.total for r in ro.rewards], recipe.rollout.group_size
-            )
-            policy.before_update()
-            metrics.update(
-                update(
-                    backend,
-                    ref_model,
-                    seqs,
-                    recipe,
-                    pad_id=pad_id,
-                    image_id=image_id,
-                    device=device,
-                    filler=filler,
-                )
-            )
-            metrics.update(policy.sync())
-            if producer is not None:
-                producer.set_version(policy.step)  # later steps may start on these weights
-            t3 = time.perf_counter()
-            generated = sum(s.num_generated for ep in ro.episodes for s in [ep.main, *ep.subagents])
-            metrics.update(
-                {
-                    "time/rollout_s": t1 - t0,
-                    "time/reward_s": t2 - t1,
-                    "time/update_s": t3 - t2,
-                    "time/step_s": t3 - t0,
-                    "tokens/generated": float(generated),
-                    "throughput/generated_tokens_per_s": generated / max(t3 - t0, 1e-9),
-                    **async_metrics,
-                }
-            )
-            if hasattr(policy.engine, "prompt_token_mismatches"):  # server engines, every rank
-                # prompts the server tokenized otherwise than the trainer scores (so far)
-                mismatches = float(policy.engine.prompt_token_mismatches)
-                metrics["rollout/prompt_token_mismatches"] = mismatches
-            metrics = all_reduce_mean(metrics)
-            no_signal.update(step, metrics["advantage/zero_groups_frac"])
-            metrics["lr"] = backend.lr
-            metrics["epoch"] = epoch
-            logger.log(
-                step,
-                metrics,
-                bar={
-                    "reward": metrics["reward/total"],
-                    "f_tau": metrics["f_tau"],
-                    "kappa": metrics["kappa"],
-                },
-            )
+        for step in range(run.start + 1, recipe.max_steps + 1):
+            metrics, ro = rl_step(rl, step)
+            bar = {"reward": metrics["reward/total"], "f_tau": metrics["f_tau"]}
+            run.logger.log(step, metrics, bar={**bar, "kappa": metrics["kappa"]})
             if on_step is not None:
-                on_step(step, backend, metrics, ro)
-            run.checkpoint(step, data_state_after(step))
+                on_step(step, run.backend, metrics, ro)
+            run.checkpoint(step, rl.plan.data_state_after(step))
     except Exception as exc:
-        if rank == 0:
-            log.error("RL stopped in step %d: %s. %s", step, exc, resume_hint(out, recipe))
+        if run.rank == 0:
+            log.error("RL stopped in step %d: %s. %s", step, exc, resume_hint(run.out, recipe))
         raise
     finally:
-        if producer is not None:
-            producer.close()
+        rl.close()
     return run.finish()
+
+
+class StepTimes(NamedTuple):
+    """`time.perf_counter()` at the start of a step and after each of its phases."""
+
+    start: float
+    rolled_out: float
+    scored: float
+    updated: float
+
+
+def rl_step(rl: RLSetup, step: int) -> tuple[dict[str, float], Rollouts]:
+    """One step: rollouts (generated now, or taken from the producer) -> rewards, advantages and
+    training sequences -> the update -> the rollout engine follows the new weights -> the
+    step's metrics, averaged over ranks. Collective: every rank runs it."""
+    recipe, run, policy = rl.recipe, rl.run, rl.policy
+    t0 = time.perf_counter()
+    ro, epoch, async_metrics = step_rollouts(rl, step)
+    t1 = time.perf_counter()
+    score_rollouts(ro, rl.reward_config, recipe)
+    seqs = training_sequences(ro, recipe, policy.engine, rl.reward_config)
+    t2 = time.perf_counter()
+    policy.before_update()
+    learned = update(
+        run.backend,
+        rl.ref_model,
+        seqs,
+        recipe,
+        pad_id=policy.engine.pad_token_id,
+        image_id=policy.engine.image_token_id,
+        device=run.device,
+        filler=rl.filler,
+    )
+    synced = policy.sync()
+    if rl.producer is not None:
+        rl.producer.set_version(policy.step)  # later steps may start on these weights
+    times = StepTimes(t0, t1, t2, time.perf_counter())
+    metrics = step_metrics(ro, recipe, learned, synced, policy.metrics(), times, async_metrics)
+    rl.no_signal.update(step, metrics["advantage/zero_groups_frac"], metrics["accuracy"])
+    metrics["lr"] = run.backend.lr
+    metrics["epoch"] = epoch
+    return metrics, ro
+
+
+def step_rollouts(rl: RLSetup, step: int) -> tuple[Rollouts, int, dict[str, float]]:
+    """The step's rollouts, their data epoch and (from the producer) their staleness and
+    generation time."""
+    if rl.producer is None:
+        epoch, batch_examples, seed = rl.plan(step)
+        ro = rollout(
+            batch_examples, rl.engine, rl.frames, rl.gate, rl.recipe, epoch=epoch, seed=seed
+        )
+        return ro, epoch, {}
+    got = rl.producer.take(step)
+    ro = Rollouts(got.result, got.prepared.per_episode, got.prepared.budgets)
+    return ro, got.prepared.epoch, {
+        "rollout/staleness": float(got.staleness),
+        "time/rollout_generate_s": got.ended_at - got.started_at,
+    }  # fmt: skip
+
+
+def step_metrics(
+    ro: Rollouts,
+    recipe: RLRecipe,
+    learned: dict[str, float],
+    synced: dict[str, float],
+    engine: dict[str, float],
+    times: StepTimes,
+    extra: dict[str, float],
+) -> dict[str, float]:
+    """The step's metrics row, averaged over ranks (collective: the same keys on every rank):
+    the episodes' (`episode_metrics`), the share of groups without signal, the update's and the
+    weight sync's, the phases' times, generated tokens and their throughput, `extra` (the
+    producer's) and the rollout engine's."""
+    metrics = episode_metrics(ro)
+    metrics["advantage/zero_groups_frac"] = zero_groups_frac(
+        [r.total for r in ro.rewards], recipe.rollout.group_size
+    )
+    metrics.update(learned)
+    metrics.update(synced)
+    generated = sum(s.num_generated for ep in ro.episodes for s in [ep.main, *ep.subagents])
+    total = times.updated - times.start
+    metrics.update(
+        {
+            "time/rollout_s": times.rolled_out - times.start,
+            "time/reward_s": times.scored - times.rolled_out,
+            "time/update_s": times.updated - times.scored,
+            "time/step_s": total,
+            "tokens/generated": float(generated),
+            "throughput/generated_tokens_per_s": generated / max(total, 1e-9),
+            **extra,
+        }
+    )
+    metrics.update(engine)
+    return all_reduce_mean(metrics)
 
 
 def evaluate(

@@ -80,24 +80,50 @@ def zero_groups_frac(totals: Sequence[float], group_size: int) -> float:
 
 class NoSignalWatch:
     """Counts consecutive steps in which every group's rewards were equal and warns (rank 0) after
-    `after` of them, then every `after` steps while it lasts (0: never)."""
+    `after` of them, then every `after` steps while it lasts (0: never). Given the steps'
+    `accuracy`, the warning says which case it sees: every rollout right all along (a policy that
+    has converged on these prompts) or every rollout wrong (an untrained model, a reward that
+    cannot vary); otherwise, or without it, both causes are named."""
 
     def __init__(self, after: int) -> None:
         self.after = after
         self.streak = 0
+        self.all_right = self.all_wrong = False  # over the streak, as far as the accuracy says
 
-    def update(self, step: int, zero_groups_frac: float) -> None:
+    def update(self, step: int, zero_groups_frac: float, accuracy: float | None = None) -> None:
         self.streak = self.streak + 1 if zero_groups_frac >= 1.0 - 1e-9 else 0
+        right = accuracy is not None and accuracy >= 1.0 - 1e-9
+        wrong = accuracy is not None and accuracy <= 1e-9
+        first = self.streak == 1
+        self.all_right = right and (first or self.all_right)
+        self.all_wrong = wrong and (first or self.all_wrong)
         if self.after and self.streak and self.streak % self.after == 0 and is_rank0():
             log.warning(
                 "steps %d-%d: no learning signal: in every group all rollouts got the same "
-                "reward (advantage/zero_groups_frac = 1), so every outcome advantage is zero. "
-                "Likely causes: an untrained or random model on the rollout server (every answer "
-                "equally wrong or malformed: check model.path and the server's --model-path), or "
-                "a reward that cannot vary (check reward.* and the data's answers)",
+                "reward (advantage/zero_groups_frac = 1), so every outcome advantage is zero. %s",
                 step - self.streak + 1,
                 step,
+                self._cause(),
             )
+
+    def _cause(self) -> str:
+        if self.all_right:
+            return (
+                "Every rollout answered right (accuracy 1): the policy has converged on these "
+                "prompts; harder prompts, a larger group or a higher temperature give it "
+                "something to learn again"
+            )
+        untrained = (
+            "an untrained or random model on the rollout server (every answer equally wrong or "
+            "malformed: check model.path and the server's --model-path), or a reward that cannot "
+            "vary (check reward.* and the data's answers)"
+        )
+        if self.all_wrong:
+            return f"Every rollout was equally wrong (accuracy 0). Likely causes: {untrained}"
+        return (
+            "Likely causes: a policy that has converged on these prompts (every answer right), "
+            f"or {untrained}"
+        )
 
 
 def _turn_offsets(engine: Any, ids: Sequence[int], prefix: str) -> list[tuple[int, int]]:

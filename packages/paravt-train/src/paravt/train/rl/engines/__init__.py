@@ -1,0 +1,55 @@
+"""Rollout engines: one class per kind, registered by the recipe's `rollout.engine` name.
+
+`RolloutEngine` (`base.py`) is what every engine does: build from the recipe, free memory before
+an update, take the policy's weights as buckets with a version, verify them, report its metrics,
+close. `paravt.train.rl.policy.PolicyEngine` drives the one a run names; `Backend` only hands
+out the weight buckets. The built-in engines, registered here (the one place):
+
+- `hf` (`hf.py`): `InProcessHF`, the policy module itself (one process, ZeRO-2), or `HFReplica`,
+  an unsharded copy refreshed bucket by bucket (FSDP2, ZeRO-3);
+- `sglang_server` (`servers.py`): `SGLangServers`;
+- `vllm_server` (`servers.py`): `VLLMServers`.
+
+A new engine is a `RolloutEngine` subclass in its own file and one `register_engine(name, cls)`
+call; `rollout.engine: <name>` then builds it.
+"""
+
+from __future__ import annotations
+
+from paravt.train.rl.engines.base import (
+    WEIGHT_BUCKET_BYTES,
+    Bucket,
+    EngineContext,
+    RolloutEngine,
+    WeightCheck,
+)
+from paravt.train.rl.engines.hf import HFReplica, InProcessHF, build_hf
+from paravt.train.rl.engines.registry import (
+    EngineBuilder,
+    build_engine,
+    engine_names,
+    register_engine,
+)
+from paravt.train.rl.engines.servers import ServerEngine, SGLangServers, VLLMServers
+
+register_engine("hf", build_hf)
+register_engine("sglang_server", SGLangServers)
+register_engine("vllm_server", VLLMServers)
+
+__all__ = [
+    "WEIGHT_BUCKET_BYTES",
+    "Bucket",
+    "EngineBuilder",
+    "EngineContext",
+    "HFReplica",
+    "InProcessHF",
+    "RolloutEngine",
+    "SGLangServers",
+    "ServerEngine",
+    "VLLMServers",
+    "WeightCheck",
+    "build_engine",
+    "build_hf",
+    "engine_names",
+    "register_engine",
+]
