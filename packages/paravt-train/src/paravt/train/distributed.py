@@ -1,15 +1,14 @@
 """Process groups and the three ways a model trains: one process, FSDP2, DeepSpeed ZeRO.
 
 `Backend` hides the differences the recipes care about: backward with gradient accumulation, one
-optimiser step (clip, step, schedule, zero), the full weights gathered tensor by tensor (for
-checkpoints and for rollout engines), and optimiser state save/load.
+optimiser step (clip, step, schedule, zero), the full weights gathered tensor by tensor in buckets
+(`iter_full_state`, for checkpoints and for rollout engines, which are `paravt.train.rl.engines`'
+business: a Backend only hands out the buckets), and optimiser state save/load.
 
 - `none`: plain module, one process (a torchrun launch with it is refused: use fsdp2).
 - `fsdp2`: `torch.distributed.fsdp.fully_shard` on every decoder/vision block and the root, fp32
   master weights with a bf16/fp32-reduce `MixedPrecisionPolicy` when computing in bf16;
-  gradients are averaged over ranks by FSDP. Rollouts cannot run on the sharded module (ranks
-  would generate different numbers of tokens and their all-gathers would deadlock), so the
-  hf engine runs on an unsharded replica refreshed bucket by bucket after every step.
+  gradients are averaged over ranks by FSDP.
 - `deepspeed`: `deepspeed.initialize` with ZeRO-2 (or 3) and a client AdamW; the accumulation
   boundary is set explicitly, so a step may have any number of micro-batches.
 
@@ -199,6 +198,19 @@ def fsdp_mixed_precision(compute_dtype: torch.dtype) -> Any:
     return MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
 
 
+def fsdp_shard(model: Any, compute_dtype: torch.dtype) -> Any:
+    """FSDP2 in place: `fully_shard` on every decoder / vision block, then on the root, with the
+    compute dtype's mixed-precision policy. Returns `model`."""
+    from torch.distributed.fsdp import fully_shard
+
+    mp = fsdp_mixed_precision(compute_dtype)
+    kwargs = {"mp_policy": mp} if mp is not None else {}
+    for block in _blocks(model):
+        fully_shard(block, **kwargs)
+    fully_shard(model, **kwargs)
+    return model
+
+
 def shard_like_policy(model: Any, spec: DistributedSpec, compute_dtype: torch.dtype) -> Any:
     """A frozen model (the KL reference) sharded the way the policy is, so it is not a full copy
     on every GPU: fully_shard per block under FSDP2, a ZeRO-3 inference engine under DeepSpeed
@@ -206,14 +218,7 @@ def shard_like_policy(model: Any, spec: DistributedSpec, compute_dtype: torch.dt
     Forward passes on it are collectives under FSDP2/ZeRO-3: every rank must make them."""
     model.requires_grad_(False)
     if spec.strategy == "fsdp2":
-        from torch.distributed.fsdp import fully_shard
-
-        mp = fsdp_mixed_precision(compute_dtype)
-        kwargs = {"mp_policy": mp} if mp is not None else {}
-        for block in _blocks(model):
-            fully_shard(block, **kwargs)
-        fully_shard(model, **kwargs)
-        return model
+        return fsdp_shard(model, compute_dtype)
     if spec.strategy == "deepspeed" and spec.zero_stage == 3:
         import deepspeed
 
@@ -258,13 +263,7 @@ class Backend:
             spec.strategy == "deepspeed" and spec.zero_stage == 3
         )
         if spec.strategy == "fsdp2":
-            from torch.distributed.fsdp import fully_shard
-
-            mp = fsdp_mixed_precision(compute_dtype)
-            kwargs = {"mp_policy": mp} if mp is not None else {}
-            for block in _blocks(model):
-                fully_shard(block, **kwargs)
-            fully_shard(model, **kwargs)
+            fsdp_shard(model, compute_dtype)
         if spec.strategy == "deepspeed":
             import deepspeed
 
