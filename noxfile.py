@@ -306,18 +306,22 @@ def train_smoke(session: nox.Session) -> None:
 def reproduce(session: nox.Session) -> None:
     """The paper's Table 2 in miniature -> runs/reproduce/ (tables.md, tables.json, curves.png).
 
-    3 seeds x (SFT + six RL arms), held-out accuracy at three overview budgets, a results section
-    per paper claim; finished runs and cells are reused, so an interrupted run continues. Pass
-    `paravt-eval reproduce` flags after `--` (e.g. `-- --blocks A,C` or `-- --quick`). One torch
-    thread: on a shared 2-core machine two processes with two OpenMP threads each slow down ~30x.
+    5 seeds x (tool prior + SFT + eight RL arms) on the `prior` task, held-out accuracy at three
+    overview budgets, a verdict per paper claim by rules fixed before the run
+    (docs/reproduce_rules.md); finished runs and cells are reused, so an interrupted run
+    continues. Two seeds at a time (`--jobs 2`, one process and one torch thread each: on a
+    shared 2-core machine two processes with two OpenMP threads each slow down ~30x). Pass
+    `paravt-eval reproduce` flags after `--` (e.g. `-- --seeds 0,1,2` or `-- --quick`).
     """
     _install_workspace(session)
     out = ROOT / "runs" / "reproduce"
+    jobs = [] if any(a.startswith("--jobs") for a in session.posargs) else ["--jobs", "2"]
     session.run(
         "paravt-eval",
         "reproduce",
         "--out",
         str(out),
+        *jobs,
         *session.posargs,
         env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
     )

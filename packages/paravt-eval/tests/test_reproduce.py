@@ -27,18 +27,24 @@ def test_quick_reproduce_writes_table2_chart_and_results_and_reuses_every_finish
     result = run_reproduce(config)
     md = result.markdown_path.read_text()
     assert "### (A) Training stage" in md and "### (C) Dispatch mode" in md
-    assert "## Results: the paper's claims in the miniature" in md
-    assert "Parallel dispatch beats sequential" in md
+    # the default task is judged by the pre-registered rules, each with its rule and verdict
+    assert "## Results: the paper's claims, by rules fixed before this run" in md
+    assert "Parallel dispatch beats sequential" in md and "| A2 |" in md and "| C1 |" in md
+    assert "format ok | leak |" in md  # the common format measure and the prior's leaks
     assert result.chart_path is not None and result.chart_path.stat().st_size > 10_000
     data = json.loads(result.json_path.read_text())
     assert data["seeds"] == [0, 1]
-    assert data["setup"]["task"] == "costly" and "Task variant `costly`" in md
-    # every arm trained and is evaluated in the task's context window (its recorded protocol)
-    recorded = json.loads(
-        (config.out / "seed0" / "grpo" / "final" / "agent_protocol.json").read_text()
-    )
-    assert recorded["max_context_tokens"] == COSTLY_CONTEXT_TOKENS
+    assert data["setup"]["task"] == "prior" and "Task variant `prior`" in md
+    assert data["setup"]["prior_steps"] == config.prior_steps and "Tool prior:" in md
+    # the tool prior ran before the cold start, and the lr-0 control of vanilla GRPO is a row
+    assert (config.out / "seed0" / "prior" / "done.json").is_file()
+    control = data["rows"]["grpo_lr0"]
+    assert len(control["curves"]) == 2 and all(x is not None for x in control["format_ok"])
+    # every arm anchored at token level where the task says so (the recorded reward config)
     para = data["rows"]["para_grpo"]
+    assert set(para["eval_kappa"]) == {f"K={k}" for k in config.eval_budgets}
+    assert len(para["per_doc"]["K=8"][0]) == config.n_eval
+    assert any(key.startswith("kappa/k") for key in para["curves"][0])  # kappa per budget
     assert len(para["curves"]) == 2 and len(para["curves"][0]["kappa"]) == config.rl_steps
     assert all(len(v) == 2 for v in para["accuracy"].values())  # one value per seed and K
     assert set(para["accuracy"]) == {f"K={k}" for k in config.eval_budgets}
@@ -152,8 +158,40 @@ def test_config_errors_name_the_fix(tmp_path: Path) -> None:
 
 def test_the_task_variants_named_in_the_config_are_the_miniatures() -> None:
     assert set(TASKS) == set(MINIATURE_TASKS) and ReproduceConfig().task == DEFAULT_TASK
-    with pytest.raises(ValueError, match="task 'cheap': one of costly, plain"):
+    with pytest.raises(ValueError, match="task 'cheap': one of prior, costly, plain"):
         ReproduceConfig(task="cheap")
+
+
+def test_each_task_puts_its_settings_in_every_arms_recipe(tmp_path: Path) -> None:
+    from paravt.train import miniature as m
+
+    costly = m.rl_recipe(
+        tmp_path / "c",
+        tmp_path,
+        tmp_path / "rl.parquet",
+        arm=m.ARMS["grpo"],
+        task=m.TASKS["costly"],
+    )
+    assert costly.rollout.max_context_tokens == COSTLY_CONTEXT_TOKENS
+    prior = m.TASKS["prior"]
+    para = m.rl_recipe(
+        tmp_path / "p", tmp_path, tmp_path / "rl.parquet", arm=m.ARMS["para_grpo"], task=prior
+    )
+    # the paper's anchoring (token level, tool-call boundaries) and a gate with the dense budget
+    assert para.advantage.token_level_anchoring and para.reward.build().anchor_tool_calls
+    assert max(para.gating.choices) == prior.fixed_k and para.video.max_crop_frames == 8
+    seq = m.rl_recipe(
+        tmp_path / "s",
+        tmp_path,
+        tmp_path / "rl.parquet",
+        arm=m.ARMS["para_grpo_sequence"],
+        task=prior,
+    )
+    assert not seq.advantage.token_level_anchoring and seq.reward.build().anchoring == "sequence"
+    control = m.rl_recipe(
+        tmp_path / "z", tmp_path, tmp_path / "rl.parquet", arm=m.ARMS["grpo_lr0"], task=prior
+    )
+    assert control.optim.lr == m.LR_ZERO and not control.gating.enabled
 
 
 def test_checkpoints_are_parsed_per_stage_with_errors_naming_the_fix(tmp_path: Path) -> None:

@@ -15,10 +15,12 @@ CALL = (
 )
 
 
-def tokenize(text: str) -> tuple[list[str], list[tuple[int, int]]]:
+TAGS = ("<think>", "</think>", "<answer>", "</answer>", "<tool_call>", "</tool_call>")
+
+
+def tokenize(text: str, tags: tuple[str, ...] = TAGS) -> tuple[list[str], list[tuple[int, int]]]:
     """Tags are single tokens; everything else one token per 4 characters."""
     tokens, offsets, i = [], [], 0
-    tags = ["<think>", "</think>", "<answer>", "</answer>", "<tool_call>", "</tool_call>"]
     while i < len(text):
         tag = next((t for t in tags if text.startswith(t, i)), None)
         end = i + len(tag) if tag else min(len(text), i + 4)
@@ -103,3 +105,49 @@ def test_sequence_form_with_offsets_returns_a_zero_vector() -> None:
     _, offsets = tokenize(text)
     r = score(text, "B", "mcq", RewardConfig.paragrpo(), token_offsets=offsets)
     assert r.token_rewards == [0.0] * len(offsets)
+
+
+def test_tool_call_boundaries_are_anchored_only_when_asked() -> None:
+    text = "<think>I check the clip.</think>" + CALL
+    tokens, offsets = tokenize(text)
+    parsed = parse_response(text)
+    plain = anchor_token_rewards(parsed, offsets, lambda_anchor=0.5)
+    with_calls = anchor_token_rewards(parsed, offsets, lambda_anchor=0.5, tool_calls=True)
+    extra = {tokens[i]: b - a for i, (a, b) in enumerate(zip(plain, with_calls)) if b != a}
+    # +0.3 * 0.5 split over the well-formed call's two tags; its JSON body gets nothing
+    assert extra == pytest.approx({"<tool_call>": 0.075, "</tool_call>": 0.075})
+    assert sum(with_calls) - sum(plain) == pytest.approx(0.15)
+
+
+def test_a_broken_or_prior_style_call_is_penalised_on_its_tags() -> None:
+    broken = '<think>I check the clip.</think><tool_call>{"name": "crop_video", </tool_call>'
+    tokens, offsets = tokenize(broken)
+    vec = anchor_token_rewards(parse_response(broken), offsets, lambda_anchor=0.5, tool_calls=True)
+    on_tags = {
+        tokens[i]: v for i, v in enumerate(vec) if tokens[i] in ("<tool_call>", "</tool_call>")
+    }
+    assert on_tags == pytest.approx({"<tool_call>": -0.075, "</tool_call>": -0.075})
+    # the prior's <tool_code> envelope runs in the reference parser but is not ParaVT's format
+    leaked = "<think>I check the clip.</think><tool_code>crop_video(1, 9)</tool_code>"
+    tokens, offsets = tokenize(leaked, (*TAGS, "<tool_code>", "</tool_code>"))
+    vec = anchor_token_rewards(parse_response(leaked), offsets, lambda_anchor=0.5, tool_calls=True)
+    on_tags = {tokens[i]: v for i, v in enumerate(vec) if "tool_code" in tokens[i]}
+    assert on_tags == pytest.approx({"<tool_code>": -0.075, "</tool_code>": -0.075})
+
+
+def test_score_passes_the_tool_call_option_through_in_the_token_form() -> None:
+    text = "<think>I check the clip.</think>" + CALL
+    _, offsets = tokenize(text)
+    config = RewardConfig.paragrpo(anchoring="token", anchor_tool_calls=True)
+    r = score(text, "B", "mcq", config, token_offsets=offsets, tool_responses=1)
+    base = score(
+        text,
+        "B",
+        "mcq",
+        RewardConfig.paragrpo(anchoring="token"),
+        token_offsets=offsets,
+        tool_responses=1,
+    )
+    assert r.token_rewards is not None and base.token_rewards is not None
+    assert sum(r.token_rewards) - sum(base.token_rewards) == pytest.approx(0.15)
+    assert r.total == base.total  # the scalar reward does not change

@@ -28,6 +28,7 @@ from paravt.rewards.config import AccuracyMode, AnchoringForm, JudgeConfig, Rewa
 from paravt.rewards.gating import NFramesGate
 from paravt.rewards.judge import JudgeResult, LLMJudge
 from paravt.rewards.score import RewardBreakdown, score, score_episode
+from paravt.rewards.structure import Structure, episode_structure
 from paravt.rewards.terms import (
     FormatTerms,
     answer_text,
@@ -54,10 +55,12 @@ __all__ = [
     "NFramesGate",
     "RewardBreakdown",
     "RewardConfig",
+    "Structure",
     "__version__",
     "anchor_token_rewards",
     "answer_text",
     "batch_normalize",
+    "episode_structure",
     "exact_match",
     "extract_choice",
     "format_terms",

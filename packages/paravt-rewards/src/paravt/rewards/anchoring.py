@@ -11,6 +11,16 @@ found, and each part of R_anchor goes to the tokens of the tags that earned it:
   non-empty answer block's `<answer>` and `</answer>`;
 - unclosed think (-0.3): the tokens of the first `<think>`.
 
+With `tool_calls=True` (ours, off by default: the paper names the `<tool_call>` closures among
+the positions most prone to collapse, the reference's scalar has no such part) two more parts:
+
+- well-formed calls (+0.3): the `<tool_call>` and `</tool_call>` tokens of every call block that
+  is a valid ParaVT call (JSON envelope, known tool, valid arguments), when the turn has one;
+- broken calls (-0.3): the tags of every call block that is not (invalid JSON or arguments,
+  unknown tool, unclosed, or the prior's `<tool_code>` envelope), when the turn has one.
+
+The call bodies (the JSON, the window the model picks) get nothing either way.
+
 A part is split evenly over its tokens and scaled by `lambda_anchor`, so the vector sums to
 `lambda_anchor * R_anchor`. When a tag has no token in the completion (e.g. the `<think>` of the
 think prefix sits in the prompt), that part goes to the last token, so the sum is kept.
@@ -24,8 +34,10 @@ from collections.abc import Sequence
 
 from paravt.core import ParsedResponse, TagSpan
 from paravt.rewards.terms import (
+    ANCHOR_BROKEN_CALLS,
     ANCHOR_CLOSE_THINK,
     ANCHOR_FLOW,
+    ANCHOR_TOOL_CALLS,
     ANCHOR_UNCLOSED_THINK,
     substantive_think,
 )
@@ -74,6 +86,7 @@ def anchor_token_rewards(
     *,
     lambda_anchor: float = 0.5,
     min_think_chars: int = 10,
+    tool_calls: bool = False,
 ) -> list[float]:
     """A per-token reward vector (one float per offset) holding `lambda_anchor * R_anchor` on the
     structural tokens that earned it (see the module docstring); zeros elsewhere."""
@@ -98,6 +111,12 @@ def anchor_token_rewards(
             parts.append((ANCHOR_FLOW, [close, a_open, a_close]))
     if "<think>" in first and close is None:
         parts.append((ANCHOR_UNCLOSED_THINK, [first["<think>"]]))
+    if tool_calls:
+        good, bad = _call_tags(parsed)
+        if good:
+            parts.append((ANCHOR_TOOL_CALLS, good))
+        if bad:
+            parts.append((ANCHOR_BROKEN_CALLS, bad))
 
     for value, spans in parts:
         tokens = sorted({i for s in spans for i in _tokens_of(s, offsets, index)})
@@ -106,6 +125,21 @@ def anchor_token_rewards(
         for i in targets:
             rewards[i] += share
     return rewards
+
+
+def _call_tags(parsed: ParsedResponse) -> tuple[list[TagSpan], list[TagSpan]]:
+    """The opening and closing tags of the well-formed ParaVT call blocks, and of the others."""
+    by_start = {t.start: t for t in parsed.tags}
+    by_end = {t.end: t for t in parsed.tags}
+    good: list[TagSpan] = []
+    bad: list[TagSpan] = []
+    for call in parsed.tool_calls:
+        block = call.block
+        tags = [t for t in (by_start.get(block.start), by_end.get(block.end)) if t is not None]
+        tags = [t for t in tags if t.tag.strip("</>") in ("tool_call", "tool_code")]
+        ok = call.ok and call.source == "tool_call" and block.closed
+        (good if ok else bad).extend(tags)
+    return good, bad
 
 
 def shift_offsets(offsets: Offsets, by: int) -> list[tuple[int, int]]:

@@ -102,6 +102,12 @@ class RewardConfig(BaseModel):
         description="'sequence': lambda*R_anchor is part of R_fmt (reference). 'token': it is "
         "left out of the scalar and returned as a per-token vector on structural tokens.",
     )
+    anchor_tool_calls: bool = Field(
+        False,
+        description="Token-level anchoring only: also anchor the tool-call boundaries (+0.3 on the "
+        "tags of well-formed <tool_call> blocks, -0.3 on the tags of broken ones or of the "
+        "prior's <tool_code> envelope). Ours; the reference has no such part.",
+    )
 
     gamma: float = Field(
         0.0,

@@ -270,6 +270,7 @@ def score(
                 offsets,
                 lambda_anchor=config.lambda_anchor,
                 min_think_chars=config.min_think_chars,
+                tool_calls=config.anchor_tool_calls,
             )
     return out
 

@@ -26,6 +26,11 @@ MAX_REPEAT_UNIT = 64
 ANCHOR_CLOSE_THINK = 0.4
 ANCHOR_FLOW = 0.3
 ANCHOR_UNCLOSED_THINK = -0.3
+# Token-level anchoring of the tool-call boundaries (ours: the paper names the `<tool_call>`
+# closures among the structural positions it anchors; the reference has no such part). Used only
+# by `anchor_token_rewards(..., tool_calls=True)`, never in the sequence-level scalar.
+ANCHOR_TOOL_CALLS = 0.3
+ANCHOR_BROKEN_CALLS = -0.3
 
 
 def strip_chat_tokens(text: str) -> str:

@@ -29,11 +29,12 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import paravt.train.rl.learner as learner  # sabotaged(): where the update finds its loss
+from paravt.core import parse_response
 from paravt.core.engines import HFEngine
 from paravt.train.frames import FrameSource, ensure_synth
 from paravt.train.modeling import load_model_and_processor, pick_device
@@ -111,31 +112,63 @@ class Arm:
     label: str
     block: str  # "A" (training stage) or "B" (component effectiveness)
     anchoring: bool  # think prefix + answer_suffix + selective anchoring (lambda 0.5)
-    gating: bool  # nFrames gating over TABLE2_GATE; else TABLE2_FIXED_K overview frames
+    gating: bool  # nFrames gating over the task's gate; else its dense overview budget
     tool_reward: bool = True  # R_tool (the reference vanilla GRPO keeps it too)
     gamma: float = 0.0
+    # the reference's sequence-level anchoring even where the task anchors at token level
+    sequence_anchoring: bool = False
+    lr_zero: bool = False  # the control: the arm's recipe at learning rate ~0
+    token_tasks_only: bool = False  # an arm that only differs from another on token-level tasks
 
-    def overrides(self) -> list[str]:
+    def token_anchoring(self, task: Task | None) -> bool:
+        """Whether this arm anchors at token level (with the tool-call boundaries) in `task`."""
+        return (
+            self.anchoring
+            and task is not None
+            and task.token_anchoring
+            and not self.sequence_anchoring
+        )
+
+    def overrides(self, task: Task | None = None) -> list[str]:
         """Recipe overrides on top of `tiny_paragrpo` + `VIDEO` + `RL`."""
+        gate = task.gate if task is not None else TABLE2_GATE
+        dense = task.fixed_k if task is not None else TABLE2_FIXED_K
         reward = [f"reward.overrides.gamma={self.gamma}"]
         if not self.tool_reward:
             reward.append("reward.overrides.tool_reward=false")
+        if self.token_anchoring(task):
+            reward += [
+                "advantage.token_level_anchoring=true",
+                "reward.overrides.anchor_tool_calls=true",
+            ]
         return [
             f"rollout.think_prefix={str(self.anchoring).lower()}",
             f"reward.preset={'paragrpo' if self.anchoring else 'vanilla'}",
             *reward,
             f"gating.enabled={str(self.gating).lower()}",
-            f"gating.choices=[{','.join(map(str, TABLE2_GATE))}]",
-            f"video.overview_frames={TABLE2_FIXED_K}",
+            f"gating.choices=[{','.join(map(str, gate))}]",
+            f"video.overview_frames={dense}",
         ]
 
-    def describe(self) -> str:
+    def describe(self, task: Task | None = None) -> str:
+        gate = task.gate if task is not None else TABLE2_GATE
+        dense = task.fixed_k if task is not None else TABLE2_FIXED_K
         parts = [
-            "anchoring" if self.anchoring else "no anchoring",
-            f"gating K in {list(TABLE2_GATE)}" if self.gating else f"K = {TABLE2_FIXED_K}",
+            (
+                (
+                    "token-level anchoring (tool-call boundaries included)"
+                    if self.token_anchoring(task)
+                    else "anchoring"
+                )
+                if self.anchoring
+                else "no anchoring"
+            ),
+            f"gating K in {list(gate)}" if self.gating else f"K = {dense}",
             "R_tool" if self.tool_reward else "no R_tool",
             f"gamma {self.gamma:g}",
         ]
+        if self.lr_zero:
+            parts.append("learning rate 0 (control)")
         return ", ".join(parts)
 
 
@@ -156,6 +189,19 @@ ARMS: dict[str, Arm] = {
             gamma=TABLE2_GAMMA,
         ),
         Arm("no_gamma", "Full PARA-GRPO - penalty gamma", "B", True, True, gamma=0.0),
+        # issue 32: the reference's sequence-level anchoring beside the token-level default, and
+        # vanilla GRPO at learning rate 0 (the control of the collapse verdict)
+        Arm(
+            "para_grpo_sequence",
+            "Full PARA-GRPO, sequence-level anchoring (reference form)",
+            "B",
+            True,
+            True,
+            gamma=TABLE2_GAMMA,
+            sequence_anchoring=True,
+            token_tasks_only=True,
+        ),
+        Arm("grpo_lr0", "+SFT+GRPO at learning rate 0 (control)", "A", False, False, lr_zero=True),
     )
 }
 
@@ -167,6 +213,86 @@ class Task:
     name: str
     summary: str
     rollout: tuple[str, ...] = ()  # recipe overrides of every RL arm (and of its evaluation)
+    synth: tuple[str, ...] = ()  # overrides of `SYNTH` (the videos and teacher traces)
+    video: tuple[str, ...] = ()  # overrides of `VIDEO` (SFT and RL)
+    gate: tuple[int, ...] = TABLE2_GATE  # the gated arms' overview budgets
+    fixed_k: int = TABLE2_FIXED_K  # the dense budget: the arms without gating, the primary column
+    sft_k: tuple[int, ...] = TABLE2_SFT_K  # teacher traces at these budgets
+    prior_steps: int = 0  # tool-prior pre-training steps before the cold start (0: none)
+    sft_steps: int = 500  # cold-start steps
+    token_anchoring: bool = False  # the anchored arms anchor at token level, tool calls included
+
+
+# The `prior` task (issue 32): Table 2 by the paper's own mechanism. Chosen on probes of the SFT
+# policy (experiments/README.md, "The tool prior"), never on trained arms' verdicts.
+# - The needle shows for 1.5 s of the 16 s video: the dense K = 8 overview (a frame every 2 s)
+#   shows it in about 3 of 4 videos, K = 4 in about 3 of 8, K = 2 in about 1 of 5; two parallel
+#   crops of 8 frames (one a second) always catch it. Calling is worth little at the dense budget
+#   and much at the small ones, and costs the same everywhere (no context limit).
+# - The gate draws from {2, 4, 8}: the reference's 8B recipe draws from {4, 8, 16, 32, 64}, the
+#   dense evaluation budget (64) included; 8 is the miniature's dense budget, 2 and 4 its sparse.
+# - The tool prior: `PRIOR_STEPS` SFT steps on the same videos' traces written the way a
+#   pretrained reasoning VLM uses tools (`prior_messages`: direct answers in think -> answer tags,
+#   calls in the leaked `<tool_code>` Python form with no think and an untagged answer after
+#   them), then `PRIOR_COLD_START_STEPS` of the cold start in ParaVT's format.
+PRIOR_NEEDLE_S = 1.5
+PRIOR_CROP_FRAMES = 8
+PRIOR_GATE = (2, 4, 8)
+PRIOR_STEPS = 300
+PRIOR_COLD_START_STEPS = 150
+
+
+def prior_messages(messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    """A main-agent teacher trace rewritten in the tool prior's habits, as a pretrained reasoning
+    VLM has them: it thinks and answers in tags when it answers directly (the think -> answer
+    format of reasoning LMMs: such traces are kept as they are), but it calls tools its own way:
+    each `<tool_call>` JSON call becomes `<tool_code>crop_video(start_time=S, end_time=E)
+    </tool_code>` with no think before it (the Python form Qwen-VL models leak; the reference
+    parser runs it), and the answer after the tool responses is the untagged sentence "The square
+    is X.". So the prior competes with ParaVT's format exactly where the tool is used. System,
+    user and tool messages are kept as they are."""
+    calling = any(
+        m["role"] == "assistant" and parse_response(m["content"]).tool_calls for m in messages
+    )
+    if not calling:
+        return [dict(m) for m in messages]
+    out: list[dict[str, str]] = []
+    for m in messages:
+        if m["role"] != "assistant":
+            out.append(dict(m))
+            continue
+        parsed = parse_response(m["content"])
+        calls = [c for c in parsed.tool_calls if c.ok]
+        if calls:
+            lines = [
+                "<tool_code>crop_video(start_time={:g}, end_time={:g})</tool_code>".format(
+                    c.arguments["start_time"], c.arguments["end_time"]
+                )
+                for c in calls
+            ]
+            out.append({"role": "assistant", "content": "\n".join(lines)})
+        else:
+            answer = (parsed.answer or "").strip()
+            out.append({"role": "assistant", "content": f"The square is {answer}."})
+    return out
+
+
+def write_prior_traces(sft_parquet: Path, out: Path) -> Path:
+    """`out`: the main-agent rows of `sft_parquet` with `prior_messages` traces (sub-agent rows
+    are left out: the prior is the main agent's calling habit)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if out.is_file():
+        return out
+    rows = [r for r in pq.read_table(sft_parquet).to_pylist() if r.get("agent") == "main"]
+    for r in rows:
+        r["messages"] = prior_messages(r["messages"])
+        r["id"] = f"{r['id']}_prior"
+    tmp = out.with_suffix(".tmp.parquet")
+    pq.write_table(pa.Table.from_pylist(rows), tmp)
+    tmp.replace(out)
+    return out
 
 
 # The context window of the `costly` task (issue 25), picked by measurement with
@@ -195,9 +321,29 @@ TASKS: dict[str, Task] = {
             (f"rollout.max_context_tokens={COSTLY_CONTEXT_TOKENS}",),
         ),
         Task("plain", "no context limit: a tool call never costs anything"),
+        Task(
+            "prior",
+            "the paper's mechanism: a competing tool prior pre-trained before a short cold start "
+            f"({PRIOR_STEPS} + {PRIOR_COLD_START_STEPS} SFT steps), a needle of "
+            f"{PRIOR_NEEDLE_S:g} s that the dense K = {TABLE2_FIXED_K} overview shows in most "
+            "videos but not all, the gate over "
+            f"{list(PRIOR_GATE)} (dense budget included) and token-level anchoring with the "
+            "tool-call boundaries in the anchored arms",
+            synth=(
+                f"data.synth.needle_s={PRIOR_NEEDLE_S}",
+                f"data.synth.crop_max_frames={PRIOR_CROP_FRAMES}",
+            ),
+            video=(f"video.max_crop_frames={PRIOR_CROP_FRAMES}",),
+            # a seeded run samples the same tokens however its requests happen to be batched
+            rollout=("rollout.batch_invariant_sampling=true",),
+            gate=PRIOR_GATE,
+            prior_steps=PRIOR_STEPS,
+            sft_steps=PRIOR_COLD_START_STEPS,
+            token_anchoring=True,
+        ),
     )
 }
-DEFAULT_TASK = "costly"
+DEFAULT_TASK = "prior"
 
 
 @dataclass
@@ -207,6 +353,7 @@ class TaskData:
     sft: dict[int, Path]  # K -> sft.parquet (the same videos, traces over a K-frame overview)
     rl: Path  # rl.parquet of the RL videos
     held_out: Path  # rl.parquet of the held-out videos (its directory holds the mp4 files)
+    prior: dict[int, Path] = field(default_factory=dict)  # K -> the tool prior's traces
 
 
 def make_task_data(
@@ -217,8 +364,10 @@ def make_task_data(
     n_rl: int = RL_VIDEOS,
     n_eval: int = EVAL_VIDEOS,
     seed_offset: int = 0,
+    task: Task | None = None,
 ) -> TaskData:
-    """Generate (or reuse) the task's videos and rows under `root`; returns where they are."""
+    """Generate (or reuse) the task's videos and rows under `root` (`task`'s synth settings and,
+    with a prior stage, its prior traces); returns where they are."""
 
     def synth(where: Path, **update: Any) -> None:
         spec = load_recipe(
@@ -229,6 +378,7 @@ def make_task_data(
                 f"data.synth.out_dir={where}",
                 f"data.parquet=[{where / 'sft.parquet'}]",
                 *SYNTH,
+                *(task.synth if task is not None else ()),
             ],
         ).data.synth
         assert spec is not None
@@ -239,10 +389,15 @@ def make_task_data(
         synth(root / f"synth-sft-k{k}", sft_overview_frames=k, n=n_sft, seed=SFT_SEED + seed_offset)
     synth(root / "synth-rl", n=n_rl, seed=RL_SEED + seed_offset)
     synth(root / "synth-held", n=n_eval, seed=EVAL_SEED + seed_offset)
+    sft = {k: root / f"synth-sft-k{k}" / "sft.parquet" for k in sft_budgets}
+    prior = {}
+    if task is not None and task.prior_steps:
+        prior = {k: write_prior_traces(p, p.parent / "prior.parquet") for k, p in sft.items()}
     return TaskData(
-        sft={k: root / f"synth-sft-k{k}" / "sft.parquet" for k in sft_budgets},
+        sft=sft,
         rl=root / "synth-rl" / "rl.parquet",
         held_out=root / "synth-held" / "rl.parquet",
+        prior=prior,
     )
 
 
@@ -254,9 +409,15 @@ def sft_recipe(
     seed: int = 0,
     steps: int | None = None,
     extra: Sequence[str] = (),
+    task: Task | None = None,
+    prior: bool = False,
 ) -> SFTRecipe:
-    """The cold start: `tiny_sft` on the teacher traces of every budget in `data`."""
-    parquets = ", ".join(str(p) for p in data.sft.values())
+    """The cold start: `tiny_sft` on the teacher traces of every budget in `data` (`prior`: the
+    tool prior's stage on `data.prior` instead)."""
+    traces = data.prior if prior else data.sft
+    if prior and not traces:
+        raise ValueError("sft_recipe(prior=True): this task data has no prior traces")
+    parquets = ", ".join(str(p) for p in traces.values())
     recipe = load_recipe(
         "tiny_sft",
         [
@@ -266,6 +427,7 @@ def sft_recipe(
             "data.synth=null",
             f"seed={seed}",
             *VIDEO,
+            *(task.video if task is not None else ()),
             *SFT,
             *([f"max_steps={steps}"] if steps else []),
             *extra,
@@ -301,10 +463,11 @@ def rl_recipe(
             "data.synth=null",
             f"seed={seed}",
             *VIDEO,
+            *(task.video if task is not None else ()),
             *RL,
-            f"optim.lr={lr}",
+            f"optim.lr={LR_ZERO if arm is not None and arm.lr_zero else lr}",
             f"max_steps={steps}",
-            *(arm.overrides() if arm is not None else []),
+            *(arm.overrides(task) if arm is not None else []),
             *(task.rollout if task is not None else ()),
             *extra,
         ],

@@ -30,7 +30,16 @@ from paravt.eval.reproduce.progress import log
 from paravt.eval.synth_tasks import synth_documents
 
 SETTLED_STEPS = 5  # an RL row's f_tau / kappa: the mean of its last steps
-CURVE_KEYS = ("f_tau", "kappa", "accuracy", "reward/total", "tool_use_rate", "truncated_rate")
+CURVE_KEYS = (
+    "f_tau",
+    "kappa",
+    "accuracy",
+    "reward/total",
+    "tool_use_rate",
+    "truncated_rate",
+    "format_ok",
+    "leak_rate",
+)
 
 
 def cell_path(out: Path, seed: int, model: str, name: str) -> Path:
@@ -117,6 +126,7 @@ def accuracy_cell(
             for t, d in zip(traces, docs)
         ]
         calls = [t.num_tool_calls for t in traces]
+        shapes = [trace_structure(t) for t in traces]
         return {
             "seed": seed,
             "model": model,
@@ -126,6 +136,8 @@ def accuracy_cell(
             "per_doc": scores,
             "kappa": sum(calls) / len(calls),
             "tool_use_rate": sum(c > 0 for c in calls) / len(calls),
+            "format_ok": sum(x.parses for x in shapes) / len(shapes),
+            "leak_rate": sum(x.prior_leak for x in shapes) / len(shapes),
             "errored": sum(1 for t in traces if t.error),
             # answers a token limit cut (the costly task's context at K = 8), scored wrong
             "truncated": sum(1 for t in traces if t.truncated),
@@ -134,6 +146,14 @@ def accuracy_cell(
         }
 
     return cached(cell_path(config.out, seed, model, name), compute)
+
+
+def trace_structure(trace: Any) -> Any:
+    """`paravt.rewards.episode_structure` of an evaluation trace's main-agent turns."""
+    from paravt.core import parse_response
+    from paravt.rewards import episode_structure
+
+    return episode_structure([parse_response(t["response"]) for t in trace.turns])
 
 
 def rollout_stats_cell(
@@ -173,7 +193,8 @@ def training_curves(run: Path) -> dict[str, list[float]]:
         if line.strip()
     ]
     rows = [r for r in rows if "kappa" in r]  # rollout steps (not e.g. eval-only rows)
-    return {k: [float(r.get(k, float("nan"))) for r in rows] for k in ("step", *CURVE_KEYS)}
+    per_k = sorted({k for r in rows for k in r if k.startswith("kappa/k")})  # kappa per budget
+    return {k: [float(r.get(k, float("nan"))) for r in rows] for k in ("step", *CURVE_KEYS, *per_k)}
 
 
 def settled(values: list[float], n: int = SETTLED_STEPS) -> float:

@@ -23,6 +23,8 @@ COLORS = {
     "no_tool_reward": "tab:brown",
     "no_gamma": "tab:olive",
     "sequential": "tab:pink",
+    "para_grpo_sequence": "tab:cyan",
+    "grpo_lr0": "black",
 }
 
 
@@ -72,7 +74,7 @@ def _bars(ax: Any, s: Summary, names: Sequence[str], title: str) -> None:
             lo.append((m or 0.0) - min(vals, default=0.0))
             hi.append(max(vals, default=0.0) - (m or 0.0))
         xs = [j + i * width for j in range(len(ks))]
-        label = "PARA-GRPO, sequential dispatch" if name == "sequential" else LABELS[name]
+        label = "PARA-GRPO, sequential dispatch" if name == "sequential" else LABELS.get(name, name)
         ax.bar(xs, means, width, yerr=[lo, hi], capsize=2, label=label, color=COLORS.get(name))
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(ks))], [f"K={k}" for k in ks])
     ax.set_ylim(0, 105)
@@ -92,16 +94,23 @@ def draw_chart(s: Summary, path: Path) -> Path:
     nrows = 2 if with_b else 1
     fig, axes = plt.subplots(nrows, 3, figsize=(15, 4.4 * nrows), squeeze=False)
     steps = max((len(c.get("kappa", [])) for r in s.rows.values() for c in r.curves), default=0)
-    for key, col, ylabel in (("f_tau", 0, "f_tau (format reward, T=0.7)"), ("kappa", 1, "kappa")):
+    # the common format measure where the run has it (every arm's f_tau is its own reward)
+    common = any(v is not None for r in s.rows.values() for v in r.format_ok)
+    first = (
+        ("format_ok", 0, "format ok (share of rollouts that parse, T=0.7)")
+        if common
+        else ("f_tau", 0, "f_tau (format reward, T=0.7)")
+    )
+    for key, col, ylabel in (first, ("kappa", 1, "kappa")):
         ax = axes[0][col]
         for name in BLOCK_A:
             row = s.rows.get(name)
             if row is None:
                 continue
             if row.curves:
-                _band(ax, row, key, LABELS[name])
+                _band(ax, row, key, LABELS.get(name, name))
             else:
-                _flat(ax, row, key, LABELS[name], steps)
+                _flat(ax, row, key, LABELS.get(name, name), steps)
         ax.set_title(f"(A) {key} per RL step (mean over seeds, min-max shaded)", fontsize=9)
         ax.set_xlabel("RL step")
         ax.set_ylabel(ylabel)
@@ -111,7 +120,7 @@ def draw_chart(s: Summary, path: Path) -> Path:
             for name in BLOCK_B:
                 row = s.rows.get(name)
                 if row is not None and row.curves:
-                    _band(ax, row, key, LABELS[name])
+                    _band(ax, row, key, LABELS.get(name, name))
             ax.set_title(f"(B) {key} per RL step", fontsize=9)
             ax.set_xlabel("RL step")
             ax.set_ylabel(ylabel)

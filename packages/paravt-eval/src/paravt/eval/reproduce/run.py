@@ -31,12 +31,15 @@ from paravt.eval.reproduce.claims import render_results
 from paravt.eval.reproduce.config import ReproduceConfig
 from paravt.eval.reproduce.paper import run_paper_splits
 from paravt.eval.reproduce.progress import log, restart_clock
+from paravt.eval.reproduce.rules import JUDGED_TASKS
+from paravt.eval.reproduce.rules import render_results as render_ruled_results
 from paravt.eval.reproduce.tables import LABELS, Row, Summary, mean_sd, render_tables
 from paravt.eval.reproduce.training import (
     arms_for,
     ensure_data,
     ensure_seed,
     rl_recipe_for_stats,
+    steps_of,
 )
 
 
@@ -58,8 +61,9 @@ def _quiet_transformers() -> None:
         pass
 
 
-def run_reproduce(config: ReproduceConfig) -> ReproduceResult:
-    """Fill every cell the config asks for (reusing finished ones) and write the report."""
+def run_reproduce(config: ReproduceConfig, *, report: bool = True) -> ReproduceResult:
+    """Fill every cell the config asks for (reusing finished ones) and write the report
+    (`report=False`: only fill the cells, as a worker of `jobs > 1` does)."""
     restart_clock()
     out = config.out
     out.mkdir(parents=True, exist_ok=True)
@@ -72,26 +76,33 @@ def run_reproduce(config: ReproduceConfig) -> ReproduceResult:
 
     data = ensure_data(config)
     docs = held_out_documents(data.held_out)
-    arms = arms_for(config.blocks)
+    arms = arms_for(config.blocks, config.task)
+    protocol_dir = out / "protocol"
+    if not (protocol_dir / "agent_protocol.json").is_file():
+        # the PARA-GRPO arm's protocol: base and SFT rows are evaluated under it (it holds
+        # settings only, not weights, so the first seed's recipe stands for every seed)
+        from paravt.train import trained_protocol  # lazy: the optional extra paravt-eval[train]
+
+        seed = config.seeds[0]
+        first = rl_recipe_for_stats(config, seed, out / f"seed{seed}" / "sft" / "final", data)
+        trained_protocol(first).save(protocol_dir)
+    if config.jobs > 1 and len(config.seeds) > 1:
+        _seeds_in_parallel(config)
     rows = {name: Row(name) for name in ("base", "sft", *arms)}
     sequential = Row("para_grpo_sequential") if "C" in config.blocks else None
-    protocol_dir = out / "protocol"
     compute_s = 0.0  # training and measuring time of every run and cell, reused ones included
     identical: dict[int, list[list[str]]] = {}  # seed -> arms with the same answer to every doc
     for seed in config.seeds:
         runs = ensure_seed(config, seed, data, arms)
         compute_s += sum(runs.seconds.values())
         stats_recipe = rl_recipe_for_stats(config, seed, runs.sft, data)
-        if not (protocol_dir / "agent_protocol.json").is_file():
-            # lazy: the optional extra paravt-eval[train]
-            from paravt.train import trained_protocol
-
-            trained_protocol(stats_recipe).save(protocol_dir)
         for name in ("base", "sft"):
             stats = rollout_stats_cell(config, seed, name, runs.checkpoint(name), stats_recipe)
             compute_s += stats.get("seconds", 0.0)
             rows[name].f_tau.append(stats["f_tau"])
             rows[name].kappa.append(stats["kappa"])
+            rows[name].format_ok.append(stats.get("format_ok"))
+            rows[name].leak_rate.append(stats.get("leak_rate"))
         rows["sft"].train_seconds.append(runs.seconds["sft"])
         for name in arms:
             curves = training_curves(out / f"seed{seed}" / name)
@@ -100,6 +111,8 @@ def run_reproduce(config: ReproduceConfig) -> ReproduceResult:
             kappa = settled(curves["kappa"])
             row.f_tau.append(settled(curves["f_tau"]))
             row.kappa.append(kappa)
+            row.format_ok.append(settled(curves["format_ok"]))
+            row.leak_rate.append(settled(curves["leak_rate"]))
             row.settle_step.append(settle_step(curves["kappa"], max(0.1, 0.1 * abs(kappa))))
             row.train_seconds.append(runs.seconds[name])
         targets: list[tuple[Row, Path, str]] = [
@@ -117,12 +130,16 @@ def run_reproduce(config: ReproduceConfig) -> ReproduceResult:
                     config, seed, model, ckpt, k, docs, protocol, dispatch=dispatch
                 )
                 row.accuracy.setdefault(k, []).append(cell["accuracy"])
+                row.per_doc.setdefault(k, []).append(cell["per_doc"])
+                row.eval_kappa.setdefault(k, []).append(cell["kappa"])
                 compute_s += cell.get("seconds", 0.0)
                 calls.append(cell["kappa"])
                 if row is not sequential:
                     answers.setdefault(model, []).extend(cell["per_doc"])
             row.eval_calls.append(sum(calls) / len(calls))
         identical[seed] = same_answers(answers)
+    if not report:
+        return ReproduceResult(out / "tables.md", out / "tables.json", None, None)
     summary = Summary(
         seeds=list(config.seeds),
         budgets=list(config.eval_budgets),
@@ -144,6 +161,25 @@ def run_reproduce(config: ReproduceConfig) -> ReproduceResult:
     return ReproduceResult(md, js, chart, summary)
 
 
+def _one_seed(config: ReproduceConfig, seed: int) -> None:
+    """A worker process: train and measure one seed (everything lands in cached files)."""
+    one = config.model_copy(update={"seeds": (seed,), "jobs": 1})
+    run_reproduce(one, report=False)
+
+
+def _seeds_in_parallel(config: ReproduceConfig) -> None:
+    """Train and measure the seeds `config.jobs` at a time, one process each (torch one thread
+    each); the caller then reads every run and cell back from the cache."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    log(f"{len(config.seeds)} seeds, {config.jobs} at a time (one process each)")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    with ProcessPoolExecutor(config.jobs, mp_context=mp.get_context("spawn")) as pool:
+        for _ in pool.map(_one_seed, [config] * len(config.seeds), config.seeds):
+            pass
+
+
 def same_answers(answers: dict[str, list[float]]) -> list[list[str]]:
     """Groups of two or more RL arms whose per-document scores match on every held-out question
     at every K (right and wrong on the same questions), so their differences in that seed are 0."""
@@ -158,18 +194,22 @@ def _setup(config: ReproduceConfig, n_docs: int) -> dict[str, Any]:
     # lazy: the optional extra paravt-eval[train]
     from paravt.train import miniature as m
 
-    arms = {a.name: a.describe() for a in m.ARMS.values()}
+    task = m.TASKS[config.task]
+    arms = {a.name: a.describe(task) for a in m.ARMS.values()}
+    prior_steps, sft_steps = steps_of(config)
     return {
         "task": config.task,
-        "task_summary": m.TASKS[config.task].summary,
+        "task_summary": task.summary,
         "seeds": list(config.seeds),
         "blocks": list(config.blocks),
-        "sft_steps": config.sft_steps,
+        "prior_steps": prior_steps,
+        "sft_steps": sft_steps,
         "rl_steps": config.rl_steps,
         "rl_batch": "4 prompts x 8 rollouts, temperature 0.7, lr 3e-4, 3 turns, 5 calls/turn",
-        "gate": list(m.TABLE2_GATE),
-        "sft_k": list(m.TABLE2_SFT_K),
-        "fixed_k": m.TABLE2_FIXED_K,
+        "gate": list(task.gate),
+        "sft_k": list(task.sft_k),
+        "fixed_k": task.fixed_k,
+        "jobs": config.jobs,
         "gamma": m.TABLE2_GAMMA,
         "arms": arms,
         "held_out_documents": n_docs,
@@ -178,6 +218,53 @@ def _setup(config: ReproduceConfig, n_docs: int) -> dict[str, Any]:
         "stats_prompts": config.stats_prompts,
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def _task_lines(st: dict[str, Any]) -> list[str]:
+    if st.get("task") == "prior":
+        return [
+            "- Task (paravt-tools synth, layout `single`): a 16 s video shows one coloured square "
+            "for 1.5 s; 'What colour is the square?'. The dense K = 8 overview (a frame every 2 s) "
+            "shows it in about 3 of 4 videos, K = 4 in about 3 of 8, K = 2 in about 1 of 5; two "
+            "parallel crops of 8 frames over the halves of the video always find it. A call costs "
+            "nothing but its format, the same at every budget and for every arm.",
+        ]
+    return [
+        "- Task (paravt-tools synth, layout `single`): a 16 s video shows one coloured square "
+        "for 2 s; 'What colour is the square?'. At K = 8 overview frames the overview always "
+        "shows it (the tool is unnecessary); at K = 2 or 4 it usually misses it; two parallel "
+        "crops over the halves of the video always find it.",
+    ]
+
+
+def _rules_commit() -> str | None:
+    """The last commit that changed the rules module, when run from a git checkout."""
+    import subprocess
+
+    from paravt.eval.reproduce import rules
+
+    path = Path(rules.__file__)
+    try:
+        done = subprocess.run(
+            ["git", "log", "-1", "--format=%h %ad", "--date=iso", "--", path.name],
+            cwd=path.parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", path.name],
+        cwd=path.parent,
+        capture_output=True,
+        text=True,
+        timeout=10,
+    ).stdout.strip()
+    commit = done.stdout.strip() or None
+    if commit and dirty:
+        commit += " (with uncommitted changes: these verdicts are not pre-registered)"
+    return commit
 
 
 def render_report(s: Summary, config: ReproduceConfig) -> str:
@@ -191,20 +278,24 @@ def render_report(s: Summary, config: ReproduceConfig) -> str:
         "",
         "## Setup",
         "",
-        "- Task (paravt-tools synth, layout `single`): a 16 s video shows one coloured square "
-        "for 2 s; 'What colour is the square?'. At K = 8 overview frames the overview always "
-        "shows it (the tool is unnecessary); at K = 2 or 4 it usually misses it; two parallel "
-        "crops over the halves of the video always find it.",
+        *_task_lines(st),
         f"- Task variant `{st.get('task', 'plain')}`: {st.get('task_summary', 'no context limit')}"
         " (the same for every arm and every evaluation).",
         f"- Seeds {st['seeds']}: each seed is its own untrained tiny model (weights and tokenizer) "
         "and its own SFT and RL sampling; the videos are the same for every seed. Mean ± sd over "
         "seeds; differences are paired by seed.",
+        (
+            f"- Tool prior: {st['prior_steps']} SFT steps on the same videos' traces written the "
+            "way a pretrained Qwen-VL calls tools (`<tool_code>crop_video(...)</tool_code>`, no "
+            "think, an untagged answer), before the cold start."
+            if st.get("prior_steps")
+            else "- No tool prior: the cold start begins from the untrained model."
+        ),
         f"- SFT cold start: {st['sft_steps']} steps on teacher traces of {st['sft_videos']} videos at "
         f"every K in {st['sft_k']} (half of them call the tool).",
         f"- RL: {st['rl_steps']} steps per arm, {st['rl_batch']}, on {st['rl_videos']} other "
         f"videos. Gated arms draw K from {gate} per prompt; the others see K = {st['fixed_k']}, "
-        "where the overview always shows the square (the analogue of the paper's non-gated runs at 64 frames). Arms: "
+        "the dense budget (the analogue of the paper's non-gated runs at 64 frames). Arms: "
         + "; ".join(f"{LABELS.get(n, n)}: {d}" for n, d in st["arms"].items() if n in s.rows)
         + ".",
         "- f_tau: mean training format reward at temperature 0.7 (each run's own reward); "
@@ -257,7 +348,11 @@ def render_report(s: Summary, config: ReproduceConfig) -> str:
         f"training time per run (mean over seeds): {', '.join(times)}; load average at the end "
         f"{', '.join(map(str, st['load_average_at_end']))}.",
         "",
-        *render_results(s),
+        *(
+            render_ruled_results(s, rules_commit=_rules_commit())
+            if st.get("task") in JUDGED_TASKS
+            else render_results(s)
+        ),
         "Files: tables.json (every number per seed, the curves included), curves.png, "
         "cells/ (one JSON per measurement), seed*/ (checkpoints and metrics.jsonl per run).",
     ]

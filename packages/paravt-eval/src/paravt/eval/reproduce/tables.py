@@ -22,9 +22,19 @@ LABELS = {
     "gating_only": "+ nFrames Gating",
     "no_tool_reward": "- Tool reward R_tool",
     "no_gamma": "- Penalty term gamma",
+    "para_grpo_sequence": "Full PARA-GRPO, sequence-level anchoring",
+    "grpo_lr0": "+ SFT + GRPO at lr 0 (control)",
 }
-BLOCK_A = ("base", "sft", "grpo", "para_grpo")
-BLOCK_B = ("grpo", "anchoring_only", "gating_only", "para_grpo", "no_tool_reward", "no_gamma")
+BLOCK_A = ("base", "sft", "grpo", "para_grpo", "grpo_lr0")
+BLOCK_B = (
+    "grpo",
+    "anchoring_only",
+    "gating_only",
+    "para_grpo",
+    "para_grpo_sequence",
+    "no_tool_reward",
+    "no_gamma",
+)
 BLOCK_B_LABELS = {"grpo": "SFT + GRPO", "para_grpo": "Full PARA-GRPO"}
 
 
@@ -37,6 +47,11 @@ class Row:
     kappa: list[float | None] = field(default_factory=list)
     accuracy: dict[int, list[float | None]] = field(default_factory=dict)  # K -> per seed
     eval_calls: list[float | None] = field(default_factory=list)  # held-out calls/question
+    # the common format measure and the tool prior's leaks (training rollouts; per seed)
+    format_ok: list[float | None] = field(default_factory=list)
+    leak_rate: list[float | None] = field(default_factory=list)
+    eval_kappa: dict[int, list[float | None]] = field(default_factory=dict)  # K -> per seed
+    per_doc: dict[int, list[list[float] | None]] = field(default_factory=dict)  # K -> per seed
     curves: list[dict[str, list[float]]] = field(default_factory=list)  # RL rows, per seed
     settle_step: list[int | None] = field(default_factory=list)
     train_seconds: list[float] = field(default_factory=list)
@@ -67,6 +82,10 @@ class Summary:
                 "accuracy": {f"K={k}": v for k, v in r.accuracy.items()},
                 "avg_accuracy": r.avg_accuracy(),
                 "eval_calls": r.eval_calls,
+                "format_ok": r.format_ok,
+                "leak_rate": r.leak_rate,
+                "eval_kappa": {f"K={k}": v for k, v in r.eval_kappa.items()},
+                "per_doc": {f"K={k}": v for k, v in r.per_doc.items()},
                 "settle_step": r.settle_step,
                 "train_seconds": r.train_seconds,
                 "curves": r.curves,
@@ -111,18 +130,27 @@ def paired(a: Sequence[float | None], b: Sequence[float | None]) -> list[float]:
 
 def _table(summary: Summary, names: Sequence[str], labels: dict[str, str]) -> list[str]:
     ks = summary.budgets
-    head = "| Setting | f_tau | kappa | " + " | ".join(f"acc K={k}" for k in ks) + " | acc avg |"
-    lines = [head, "|---|---|---|" + "---|" * (len(ks) + 1)]
+    measures = any(r.format_ok for r in summary.rows.values())
+    head = "| Setting | f_tau | kappa | "
+    if measures:
+        head += "format ok | leak | "
+    head += " | ".join(f"acc K={k}" for k in ks) + " | acc avg |"
+    if measures:
+        head += " " + " | ".join(f"calls K={k}" for k in ks) + " |"
+    cols = 3 + (2 if measures else 0) + len(ks) + 1 + (len(ks) if measures else 0)
+    lines = [head, "|" + "---|" * cols]
     for name in names:
         r = summary.rows.get(name)
         if r is None:
             continue
         accs = [fmt(r.accuracy.get(k, []), scale=100, digits=1) for k in ks]
-        lines.append(
-            f"| {labels.get(name, LABELS.get(name, name))} | {fmt(r.f_tau)} | {fmt(r.kappa)} | "
-            + " | ".join(accs)
-            + f" | {fmt(r.avg_accuracy(), scale=100, digits=1)} |"
-        )
+        line = f"| {labels.get(name, LABELS.get(name, name))} | {fmt(r.f_tau)} | {fmt(r.kappa)} | "
+        if measures:
+            line += f"{fmt(r.format_ok)} | {fmt(r.leak_rate)} | "
+        line += " | ".join(accs) + f" | {fmt(r.avg_accuracy(), scale=100, digits=1)} |"
+        if measures:
+            line += " " + " | ".join(fmt(r.eval_kappa.get(k, [])) for k in ks) + " |"
+        lines.append(line)
     return lines
 
 

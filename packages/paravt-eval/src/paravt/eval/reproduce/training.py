@@ -32,18 +32,32 @@ def _miniature() -> Any:
     return miniature
 
 
-def arms_for(blocks: tuple[str, ...]) -> list[str]:
-    """The RL arms the blocks need: A the two stages, B its four components (with A's two as
-    reference rows), C the PARA-GRPO checkpoint."""
+def arms_for(blocks: tuple[str, ...], task: str = "plain") -> list[str]:
+    """The RL arms the blocks need on `task`: A the two stages and the lr-0 control of vanilla
+    GRPO, B its components (with A's two as reference rows; the sequence-anchoring arm only where
+    the task anchors at token level), C the PARA-GRPO checkpoint."""
     m = _miniature()
+    token = m.TASKS[task].token_anchoring
     names: list[str] = []
     if "A" in blocks or "B" in blocks:
         names += ["grpo", "para_grpo"]
+    if "A" in blocks and token:
+        names.append("grpo_lr0")
     if "B" in blocks:
-        names += [a.name for a in m.ARMS.values() if a.block == "B"]
+        names += [
+            a.name for a in m.ARMS.values() if a.block == "B" and (token or not a.token_tasks_only)
+        ]
     if "C" in blocks and "para_grpo" not in names:
         names.append("para_grpo")
     return names
+
+
+def steps_of(config: ReproduceConfig) -> tuple[int, int]:
+    """(tool-prior steps, cold-start steps): the config's, else the task's."""
+    task = _miniature().TASKS[config.task]
+    prior = config.prior_steps if config.prior_steps is not None else task.prior_steps
+    sft = config.sft_steps if config.sft_steps is not None else task.sft_steps
+    return prior, sft
 
 
 @dataclass
@@ -69,12 +83,14 @@ def ensure_data(config: ReproduceConfig) -> Any:
         f"task data in {root} ({config.n_sft_videos} SFT / {config.n_rl_videos} RL / "
         f"{config.n_eval} held-out videos)"
     )
+    task = m.TASKS[config.task]
     return m.make_task_data(
         root,
-        sft_budgets=m.TABLE2_SFT_K,
+        sft_budgets=task.sft_k,
         n_sft=config.n_sft_videos,
         n_rl=config.n_rl_videos,
         n_eval=config.n_eval,
+        task=task if steps_of(config)[0] else m.Task(**{**task.__dict__, "prior_steps": 0}),
     )
 
 
@@ -117,17 +133,46 @@ def ensure_seed(config: ReproduceConfig, seed: int, data: Any, arms: list[str]) 
         )
         build_tiny_qwen3vl(base, seed=seed)
     common = ["logging.progress=false", f"distributed.device={config.device}"]
+    task = m.TASKS[config.task]
+    prior_steps, sft_steps = steps_of(config)
+    # lazy: the optional extra paravt-eval[train]
+    from paravt.train import train_sft
+
+    init = base
+    if prior_steps:
+        prior_dir = root / "prior"
+        settings: dict[str, Any] = {"steps": prior_steps, "seed": seed, "task": task.summary}
+        seconds = _finished(prior_dir, settings)
+        if seconds is None:
+            recipe = m.sft_recipe(
+                prior_dir,
+                base,
+                data,
+                seed=seed,
+                steps=prior_steps,
+                extra=common,
+                task=task,
+                prior=True,
+            )
+            log(f"seed {seed}: the tool prior, {prior_steps} SFT steps on the prior's traces")
+            t0 = time.perf_counter()
+            train_sft(recipe)
+            seconds = _mark_done(prior_dir, settings, time.perf_counter() - t0)
+        init = prior_dir / "final"
 
     sft_dir = root / "sft"
-    settings: dict[str, Any] = {"steps": config.sft_steps, "seed": seed}
+    settings = {"steps": sft_steps, "seed": seed}
+    if prior_steps:
+        settings["prior_steps"] = prior_steps
     runs = SeedRuns(seed, base, sft_dir / "final")
+    if prior_steps:
+        runs.seconds["prior"] = seconds
     seconds = _finished(sft_dir, settings)
     if seconds is None:
-        # lazy: the optional extra paravt-eval[train]
-        from paravt.train import train_sft
-
-        recipe = m.sft_recipe(sft_dir, base, data, seed=seed, steps=config.sft_steps, extra=common)
-        log(f"seed {seed}: SFT cold start, {config.sft_steps} steps")
+        recipe = m.sft_recipe(
+            sft_dir, init, data, seed=seed, steps=sft_steps, extra=common, task=task
+        )
+        log(f"seed {seed}: SFT cold start, {sft_steps} steps")
         t0 = time.perf_counter()
         train_sft(recipe)
         seconds = _mark_done(sft_dir, settings, time.perf_counter() - t0)
@@ -139,8 +184,8 @@ def ensure_seed(config: ReproduceConfig, seed: int, data: Any, arms: list[str]) 
         settings = {
             "steps": config.rl_steps,
             "seed": seed,
-            "arm": arm.describe(),
-            "task": m.TASKS[config.task].summary,
+            "arm": arm.describe(task),
+            "task": task.summary,
         }
         seconds = _finished(run, settings)
         if seconds is None:
@@ -152,13 +197,13 @@ def ensure_seed(config: ReproduceConfig, seed: int, data: Any, arms: list[str]) 
                 runs.sft,
                 data.rl,
                 arm=arm,
-                task=m.TASKS[config.task],
+                task=task,
                 seed=seed,
                 steps=config.rl_steps,
                 extra=common,
             )
             log(
-                f"seed {seed}: RL arm {name} ({arm.describe()}; task {config.task}), "
+                f"seed {seed}: RL arm {name} ({arm.describe(task)}; task {config.task}), "
                 f"{config.rl_steps} steps"
             )
             t0 = time.perf_counter()

@@ -10,7 +10,13 @@ from typing import Any
 
 import torch
 
-from paravt.rewards import AdvantageConfig, anchor_token_rewards, group_advantages, score_episode
+from paravt.rewards import (
+    AdvantageConfig,
+    anchor_token_rewards,
+    episode_structure,
+    group_advantages,
+    score_episode,
+)
 from paravt.train.distributed import (
     all_gather_floats,
 )
@@ -158,7 +164,10 @@ def training_sequences(
             for (s, e), turn in zip(runs, ep.turns):
                 offsets = _turn_offsets(engine, main.token_ids[s:e], prefix)
                 bonus = anchor_token_rewards(
-                    turn.parsed, offsets, lambda_anchor=reward_config.lambda_anchor
+                    turn.parsed,
+                    offsets,
+                    lambda_anchor=reward_config.lambda_anchor,
+                    tool_calls=reward_config.anchor_tool_calls,
                 )
                 for i, b in zip(range(s, e), bonus):
                     advs[i] += b * recipe.advantage.reward_scaling
@@ -209,4 +218,18 @@ def episode_metrics(ro: Rollouts) -> dict[str, float]:
             "truncated_rate": mean([float(ep.truncated) for ep in eps]),
         }
     )
+    # one format measure for every arm, and the tool prior's leaks (paravt.rewards.structure)
+    shapes = [episode_structure([t.parsed for t in ep.turns]) for ep in eps]
+    out.update(
+        {
+            "format_ok": mean([float(s.parses) for s in shapes]),
+            "leak_rate": mean([float(s.prior_leak) for s in shapes]),
+            "leak/tool_code": mean([float(s.tool_code) for s in shapes]),
+            "leak/untagged_answer": mean([float(s.untagged_answer) for s in shapes]),
+        }
+    )
+    # kappa per overview budget: a selective policy calls more where the overview shows less
+    for k in sorted(set(ro.budgets)):
+        at_k = [float(ep.num_tool_calls) for ep, b in zip(eps, ro.budgets) if b == k]
+        out[f"kappa/k{k}"] = mean(at_k)
     return out
