@@ -83,6 +83,7 @@ COMMANDS = {
     "paravt.core.cli": ["build-tiny", "--out", "x"],
     "paravt.tools.cli": ["synth", "--out", "x"],
     "paravt.train.cli": ["doctor"],
+    "paravt.eval.cli": ["tasks", "--paper"],
 }
 
 

@@ -315,8 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("--device", default="cpu", help="where the miniature trains and evaluates")
     rep.set_defaults(func=cmd_reproduce)
-    for each in (ask, tasks, rep):
-        add_debug(each)
+    add_debug(parser)
     return style(parser)
 
 
