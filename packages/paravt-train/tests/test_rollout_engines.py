@@ -30,6 +30,7 @@ from paravt.train.rl import (
 from paravt.train.rl.engines import Bucket, build_engine
 
 from .rl_helpers import EveryOtherScripted, examples
+from .test_rl import tiny_rl_recipe
 
 
 class CountingHF(HFEngine):
@@ -91,24 +92,7 @@ register_engine("toy", ToyEngine)  # the one registration a new engine needs
 
 
 def toy_recipe(model: Path, out: Path) -> Any:
-    recipe = load_recipe(
-        "tiny_paragrpo",
-        [
-            f"model.path={model}",
-            f"output_dir={out}",
-            "max_steps=2",
-            "rollout.batch_prompts=2",
-            "rollout.group_size=2",
-            "rollout.max_new_tokens=12",
-            "rollout.subagent_max_new_tokens=8",
-            "rollout.max_turns=2",
-            "gating.choices=[2,4]",
-            "checkpoint.every_steps=0",
-            "checkpoint.save_final=false",
-            "logging.progress=false",
-            "optim.lr=1e-3",
-        ],
-    )
+    recipe = tiny_rl_recipe(model, out, "checkpoint.save_final=false")
     # The recipe schema lists the built-in names; an engine registered elsewhere is named here.
     rollout = recipe.rollout.model_copy(update={"engine": "toy"})
     return recipe.model_copy(update={"rollout": rollout})

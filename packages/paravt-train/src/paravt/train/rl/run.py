@@ -248,12 +248,20 @@ def set_up_rl(
     producer = None
     if recipe.rollout.max_staleness:
         producer = rollout_producer(recipe, plan, engine, frames, gate, run.start)
-    filler = filler_sequence(policy.engine) if run.world > 1 else None
-    watch = NoSignalWatch(recipe.advantage.zero_signal_warn_steps)
     return RLSetup(
-        recipe, run, policy, engine, ref_model, frames, gate, build_reward_config(recipe), plan,
-        producer, filler, watch,
-    )  # fmt: skip
+        recipe=recipe,
+        run=run,
+        policy=policy,
+        engine=engine,
+        ref_model=ref_model,
+        frames=frames,
+        gate=gate,
+        reward_config=build_reward_config(recipe),
+        plan=plan,
+        producer=producer,
+        filler=filler_sequence(policy.engine) if run.world > 1 else None,
+        no_signal=NoSignalWatch(recipe.advantage.zero_signal_warn_steps),
+    )
 
 
 def train_rl(
