@@ -21,6 +21,9 @@ noise drawn from a generator seeded by (seed, the row's key, the token's positio
 trajectory), and the argmax is a sample of the same distribution. A row's tokens then depend on its
 own logits, key and positions only; what is left of the batch is float rounding in the logits of
 differently shaped batches (tests/test_batch_invariant_sampling.py measures it).
+
+One file because the engine's encoding, batching and both sampling paths share one tokenizer and
+one model call: split, each half would need the other's private state.
 """
 
 from __future__ import annotations

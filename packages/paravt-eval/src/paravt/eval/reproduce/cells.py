@@ -21,13 +21,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from paravt.core import PROTOCOL_FILE
+from paravt.core import PROTOCOL_FILE, parse_response
 from paravt.eval.agent import EvalAgent, VideoQuestion
 from paravt.eval.config import EvalConfig
 from paravt.eval.metrics import open_ended_score
 from paravt.eval.reproduce.config import ReproduceConfig
 from paravt.eval.reproduce.progress import log
 from paravt.eval.synth_tasks import synth_documents
+from paravt.rewards import episode_structure
 
 SETTLED_STEPS = 5  # an RL row's f_tau / kappa: the mean of its last steps
 CURVE_KEYS = (
@@ -150,9 +151,6 @@ def accuracy_cell(
 
 def trace_structure(trace: Any) -> Any:
     """`paravt.rewards.episode_structure` of an evaluation trace's main-agent turns."""
-    from paravt.core import parse_response
-    from paravt.rewards import episode_structure
-
     return episode_structure([parse_response(t["response"]) for t in trace.turns])
 
 

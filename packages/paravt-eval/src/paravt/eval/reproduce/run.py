@@ -31,6 +31,7 @@ from paravt.eval.reproduce.claims import render_results
 from paravt.eval.reproduce.config import ReproduceConfig
 from paravt.eval.reproduce.paper import run_paper_splits
 from paravt.eval.reproduce.progress import log, restart_clock
+from paravt.eval.reproduce import rules
 from paravt.eval.reproduce.rules import JUDGED_TASKS
 from paravt.eval.reproduce.rules import render_results as render_ruled_results
 from paravt.eval.reproduce.tables import LABELS, Row, Summary, mean_sd, render_tables
@@ -81,7 +82,8 @@ def run_reproduce(config: ReproduceConfig, *, report: bool = True) -> ReproduceR
     if not (protocol_dir / "agent_protocol.json").is_file():
         # the PARA-GRPO arm's protocol: base and SFT rows are evaluated under it (it holds
         # settings only, not weights, so the first seed's recipe stands for every seed)
-        from paravt.train import trained_protocol  # lazy: the optional extra paravt-eval[train]
+        # lazy: the optional extra paravt-eval[train]
+        from paravt.train import trained_protocol
 
         seed = config.seeds[0]
         first = rl_recipe_for_stats(config, seed, out / f"seed{seed}" / "sft" / "final", data)
@@ -241,8 +243,6 @@ def _rules_commit() -> str | None:
     """The last commit that changed the rules module, when run from a git checkout."""
     import subprocess
 
-    from paravt.eval.reproduce import rules
-
     path = Path(rules.__file__)
     try:
         done = subprocess.run(
@@ -286,8 +286,9 @@ def render_report(s: Summary, config: ReproduceConfig) -> str:
         "seeds; differences are paired by seed.",
         (
             f"- Tool prior: {st['prior_steps']} SFT steps on the same videos' traces written the "
-            "way a pretrained Qwen-VL calls tools (`<tool_code>crop_video(...)</tool_code>`, no "
-            "think, an untagged answer), before the cold start."
+            "way a pretrained reasoning VLM uses tools (direct answers in think -> answer tags; "
+            "calls in the leaked `<tool_code>crop_video(...)</tool_code>` form with no think and "
+            "an untagged answer after them), before the cold start."
             if st.get("prior_steps")
             else "- No tool prior: the cold start begins from the untrained model."
         ),

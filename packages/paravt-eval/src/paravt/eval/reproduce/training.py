@@ -139,6 +139,7 @@ def ensure_seed(config: ReproduceConfig, seed: int, data: Any, arms: list[str]) 
     from paravt.train import train_sft
 
     init = base
+    seconds: float | None = None
     if prior_steps:
         prior_dir = root / "prior"
         settings: dict[str, Any] = {"steps": prior_steps, "seed": seed, "task": task.summary}
@@ -165,7 +166,7 @@ def ensure_seed(config: ReproduceConfig, seed: int, data: Any, arms: list[str]) 
     if prior_steps:
         settings["prior_steps"] = prior_steps
     runs = SeedRuns(seed, base, sft_dir / "final")
-    if prior_steps:
+    if prior_steps and seconds is not None:
         runs.seconds["prior"] = seconds
     seconds = _finished(sft_dir, settings)
     if seconds is None:
