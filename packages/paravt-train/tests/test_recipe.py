@@ -60,7 +60,11 @@ def test_reference_paragrpo_recipe_carries_the_paper_settings() -> None:
 
 
 def test_asynchronous_rollouts_need_servers_apart_from_training_and_the_decoupled_loss() -> None:
-    with pytest.raises(RecipeError, match=r"needs rollout\.engine=sglang_server"):
+    with pytest.raises(
+        RecipeError,
+        match=r"max_staleness=1 needs a rollout engine .*\(rollout\.engine=sglang_server\); "
+        r"rollout\.engine=hf does not \(the in-process engine generates with the very weights",
+    ):
         load_recipe("tiny_paragrpo", ["rollout.max_staleness=1", "loss.decoupled=true"])
     with pytest.raises(RecipeError, match=r"cannot run with rollout\.server\.colocate=true"):
         load_recipe("paragrpo_8b", ["rollout.server.colocate=true"])
@@ -76,8 +80,9 @@ def test_vllm_rollouts_are_synchronous_through_the_disk_and_say_so() -> None:
     assert recipe.rollout.engine == "vllm_server"
     with pytest.raises(RecipeError, match=r"vllm_server needs rollout\.server\.urls"):
         load_recipe("tiny_paragrpo", ["rollout.engine=vllm_server"])
+    with pytest.raises(RecipeError, match=r"rollout\.engine=vllm_server does not \(its replies"):
+        load_recipe("tiny_paragrpo", ["rollout.engine=vllm_server", url, "rollout.max_staleness=1"])
     for key, value in [
-        ("rollout.max_staleness", "1"),
         ("rollout.server.weight_sync", "distributed"),
         ("rollout.server.colocate", "true"),
     ]:
@@ -85,6 +90,13 @@ def test_vllm_rollouts_are_synchronous_through_the_disk_and_say_so() -> None:
             RecipeError, match=rf"{key}=.* is not available with rollout\.engine=vllm_server"
         ):
             load_recipe("tiny_paragrpo", ["rollout.engine=vllm_server", url, f"{key}={value}"])
+
+
+def test_an_engine_name_nobody_registered_is_refused_listing_the_registered_ones() -> None:
+    with pytest.raises(
+        RecipeError, match=r"rollout\.engine='nope' is no registered .*hf, sglang_server, vllm"
+    ):
+        load_recipe("tiny_paragrpo", ["rollout.engine=nope"])
 
 
 def test_overrides_set_nested_keys_with_yaml_typed_values() -> None:

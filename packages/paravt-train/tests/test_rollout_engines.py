@@ -18,7 +18,7 @@ import torch
 
 from paravt.core.engines import HFEngine, ServerWeights
 from paravt.train.modeling import load_model_and_processor
-from paravt.train.recipe import load_recipe
+from paravt.train.recipe import RecipeError, RolloutSpec, load_recipe
 from paravt.train.rl import (
     EngineContext,
     RolloutEngine,
@@ -56,6 +56,14 @@ class ToyEngine(RolloutEngine):
         self.started = {k: v.clone() for k, v in model.state_dict().items()}
 
     @classmethod
+    def check_spec(cls, rollout: RolloutSpec) -> list[str]:
+        """Its own rule for the recipe, judged while the recipe loads."""
+        problems = super().check_spec(rollout)  # the interface's: no max_staleness
+        if rollout.server.urls:
+            problems.append("rollout.engine=toy talks to no server: leave rollout.server.urls out")
+        return problems
+
+    @classmethod
     def build(cls, ctx: EngineContext) -> ToyEngine:
         model, _ = load_model_and_processor(
             ctx.recipe.model, ctx.device, path=ctx.model_path, dtype=torch.float32
@@ -91,11 +99,9 @@ class ToyEngine(RolloutEngine):
 register_engine("toy", ToyEngine)  # the one registration a new engine needs
 
 
-def toy_recipe(model: Path, out: Path) -> Any:
-    recipe = tiny_rl_recipe(model, out, "checkpoint.save_final=false")
-    # The recipe schema lists the built-in names; an engine registered elsewhere is named here.
-    rollout = recipe.rollout.model_copy(update={"engine": "toy"})
-    return recipe.model_copy(update={"rollout": rollout})
+def toy_recipe(model: Path, out: Path, *extra: str) -> Any:
+    # registered above, so a recipe (here an override) names it like a built-in engine
+    return tiny_rl_recipe(model, out, "checkpoint.save_final=false", "rollout.engine=toy", *extra)
 
 
 @pytest.mark.slow
@@ -135,6 +141,19 @@ def test_the_registry_names_the_built_in_engines_and_refuses_a_second_under_a_ta
     register_engine("toy", ToyEngine)  # the same one again: nothing changes
     with pytest.raises(ValueError, match="registered as 'toy' already"):
         register_engine("toy", lambda ctx: ToyEngine.build(ctx))
+
+
+def test_a_registered_engine_judges_the_recipe_that_names_it(tmp_path: Path) -> None:
+    assert toy_recipe(tmp_path / "m", tmp_path / "run").rollout.engine == "toy"
+    with pytest.raises(RecipeError, match=r"rollout\.engine=toy talks to no server"):
+        toy_recipe(tmp_path / "m", tmp_path / "run", "rollout.server.urls=[http://127.0.0.1:1]")
+    with pytest.raises(
+        RecipeError,
+        match=r"rollout\.engine=toy does not \(it cannot tell which weights produced a reply\)",
+    ):
+        toy_recipe(
+            tmp_path / "m", tmp_path / "run", "rollout.max_staleness=1", "loss.decoupled=true"
+        )
 
 
 def test_an_unregistered_engine_name_is_an_error_listing_the_registered_ones() -> None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from paravt.train.engine_registry import engine_class
 from paravt.train.recipe import RLRecipe, load_recipe
 
 if TYPE_CHECKING:
@@ -310,11 +311,13 @@ def recipe_urls(name: str, overrides: Sequence[str]) -> list[str]:
 
 
 def _server_urls(recipe: SFTRecipe | RLRecipe) -> list[str]:
-
-    if not isinstance(recipe, RLRecipe) or recipe.rollout.engine != "sglang_server":
+    """The servers the recipe's rollout engine names for these checks
+    (`RolloutEngine.doctor_server_urls`: SGLang's every rollout and weight URL, none otherwise)."""
+    if not isinstance(recipe, RLRecipe):
         return []
-    spec = recipe.rollout.server
-    return list(dict.fromkeys([*spec.urls, *(spec.weight_urls or [])]))
+    engine = engine_class(recipe.rollout.engine)  # registered: the recipe validated
+    urls = getattr(engine, "doctor_server_urls", None)
+    return list(urls(recipe.rollout)) if urls is not None else []
 
 
 def run(

@@ -25,6 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from paravt.rewards import RewardConfig
+from paravt.train.engine_registry import check_spec as check_engine_spec
 
 RECIPE_NAMES = (
     "tiny_sft",
@@ -347,13 +348,16 @@ class SGLangServerSpec(_Strict):
 
 
 class RolloutSpec(_Strict):
-    engine: Literal["hf", "sglang_server", "vllm_server"] = Field(
+    engine: str = Field(
         "hf",
-        description="'hf': in-process transformers engine sharing the policy's weights; "
-        "'sglang_server': SGLang servers (rollout.server.urls), weights pushed from trainer "
-        "rank 0 after every optimiser step; 'vllm_server': vLLM servers (rollout.server.urls, "
-        "started with VLLM_SERVER_DEV_MODE=1), weights written to weight_dir and reloaded by "
-        "the servers after every step (synchronous only: max_staleness 0, weight_sync disk).",
+        description="Which rollout engine generates, by its registered name (each engine judges "
+        "the rest of this section itself): 'hf': in-process transformers engine sharing the "
+        "policy's weights; 'sglang_server': SGLang servers (rollout.server.urls), weights pushed "
+        "from trainer rank 0 after every optimiser step; 'vllm_server': vLLM servers "
+        "(rollout.server.urls, started with VLLM_SERVER_DEV_MODE=1), weights written to "
+        "weight_dir and reloaded by the servers after every step (weight_sync disk, not "
+        "colocated); or an engine registered with paravt.train.rl.register_engine before the "
+        "recipe is loaded.",
     )
     schedule: Literal["async", "lockstep"] = Field(
         "async",
@@ -367,7 +371,8 @@ class RolloutSpec(_Strict):
         "the servers generate a step's episodes while the trainer still trains the steps "
         "before it, with weights at most this many optimiser steps older than the ones that "
         "train on them; the decoupled loss corrects for it. 0: synchronous. Needs "
-        "engine=sglang_server (not colocated) and loss.decoupled.",
+        "an engine that knows which weights produced each reply (sglang_server, not colocated; "
+        "vllm_server) and loss.decoupled.",
     )
     batch_prompts: int = Field(7, ge=1, description="Prompts per step (over all ranks).")
     group_size: int = Field(8, ge=1, description="Rollouts per prompt (the GRPO group).")
@@ -415,46 +420,12 @@ class RolloutSpec(_Strict):
     )
 
     @model_validator(mode="after")
-    def _server_urls(self) -> RolloutSpec:
-        if self.engine == "vllm_server":
-            if not self.server.urls:
-                raise ValueError(
-                    "rollout.engine=vllm_server needs rollout.server.urls, e.g. "
-                    "rollout.server.urls=[http://127.0.0.1:8000] (start it with "
-                    "VLLM_SERVER_DEV_MODE=1 python -m vllm.entrypoints.openai.api_server "
-                    "--model MODEL ...; see paravt-train's README, Launch)"
-                )
-            unsupported = {
-                "rollout.max_staleness": (self.max_staleness, 0),
-                "rollout.server.weight_sync": (self.server.weight_sync, "disk"),
-                "rollout.server.colocate": (self.server.colocate, False),
-            }
-            for key, (value, allowed) in unsupported.items():
-                if value != allowed:
-                    raise ValueError(
-                        f"{key}={value} is not available with rollout.engine=vllm_server (its "
-                        f"replies carry no weight version and it reloads weights from disk): set "
-                        f"{key}={allowed}, or use rollout.engine=sglang_server"
-                    )
-            return self
-        if self.engine == "sglang_server" and not self.server.urls:
-            raise ValueError(
-                "rollout.engine=sglang_server needs rollout.server.urls, e.g. "
-                "rollout.server.urls=[http://127.0.0.1:30000] (start the server with "
-                "python -m sglang.launch_server; see paravt-train's README, Launch)"
-            )
-        if self.max_staleness and self.engine != "sglang_server":
-            raise ValueError(
-                f"rollout.max_staleness={self.max_staleness} needs rollout.engine=sglang_server: "
-                "the in-process engine generates with the very weights being trained; set "
-                "rollout.max_staleness=0 or use rollout servers"
-            )
-        if self.max_staleness and self.server.colocate:
-            raise ValueError(
-                f"rollout.max_staleness={self.max_staleness} cannot run with "
-                "rollout.server.colocate=true: colocated servers give their memory to the update, "
-                "so nothing can generate meanwhile; set rollout.max_staleness=0"
-            )
+    def _the_engine_judges_its_settings(self) -> RolloutSpec:
+        # the engine named (a built-in one is imported here) checks the rest of the section:
+        # RolloutEngine.check_spec, through the registry below both (paravt.train.engine_registry)
+        problems = check_engine_spec(self.engine, self)
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
 

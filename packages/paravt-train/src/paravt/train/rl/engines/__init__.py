@@ -5,13 +5,16 @@ an update, take the policy's weights as buckets with a version, verify them, rep
 close. `paravt.train.rl.policy.PolicyEngine` drives the one a run names; `Backend` only hands
 out the weight buckets. The built-in engines, registered here (the one place):
 
-- `hf` (`hf.py`): `InProcessHF`, the policy module itself (one process, ZeRO-2), or `HFReplica`,
-  an unsharded copy refreshed bucket by bucket (FSDP2, ZeRO-3);
+- `hf` (`hf.py`): `HFRollouts`, which builds `InProcessHF`, the policy module itself (one
+  process, ZeRO-2), or `HFReplica`, an unsharded copy refreshed bucket by bucket (FSDP2, ZeRO-3);
 - `sglang_server` (`servers.py`): `SGLangServers`;
 - `vllm_server` (`servers.py`): `VLLMServers`.
 
+They are named in `paravt.train.engine_registry.BUILT_IN` (the one place; imported when a recipe
+first names one). Each class judges the recipe's `rollout` section itself (`check_spec`, called
+while the recipe validates) and says whether it can run asynchronously (`supports_staleness`).
 A new engine is a `RolloutEngine` subclass in its own file and one `register_engine(name, cls)`
-call; `rollout.engine: <name>` then builds it.
+call before its recipe is loaded; `rollout.engine: <name>` then builds it.
 """
 
 from __future__ import annotations
@@ -23,18 +26,15 @@ from paravt.train.rl.engines.base import (
     RolloutEngine,
     WeightCheck,
 )
-from paravt.train.rl.engines.hf import HFReplica, InProcessHF, build_hf
+from paravt.train.rl.engines.hf import HFReplica, HFRollouts, InProcessHF, build_hf
 from paravt.train.rl.engines.registry import (
     EngineBuilder,
     build_engine,
+    engine_class,
     engine_names,
     register_engine,
 )
 from paravt.train.rl.engines.servers import ServerEngine, SGLangServers, VLLMServers
-
-register_engine("hf", build_hf)
-register_engine("sglang_server", SGLangServers)
-register_engine("vllm_server", VLLMServers)
 
 __all__ = [
     "WEIGHT_BUCKET_BYTES",
@@ -42,6 +42,7 @@ __all__ = [
     "EngineBuilder",
     "EngineContext",
     "HFReplica",
+    "HFRollouts",
     "InProcessHF",
     "RolloutEngine",
     "SGLangServers",
@@ -50,6 +51,7 @@ __all__ = [
     "WeightCheck",
     "build_engine",
     "build_hf",
+    "engine_class",
     "engine_names",
     "register_engine",
 ]

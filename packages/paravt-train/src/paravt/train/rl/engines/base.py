@@ -12,7 +12,8 @@ from typing import Any, ClassVar
 import torch
 
 from paravt.train.distributed import Backend
-from paravt.train.recipe import RLRecipe
+from paravt.train.engine_registry import staleness_refusal
+from paravt.train.recipe import RLRecipe, RolloutSpec
 
 Bucket = list[
     tuple[str, torch.Tensor]
@@ -63,13 +64,38 @@ class RolloutEngine(ABC):
     6. `metrics()` into every step's metrics row (the same keys on every rank);
     7. `close()` when the run ends, also on an error.
 
+    Before any of this, while the recipe validates, the class judges the recipe's `rollout`
+    section (`check_spec`) and says whether it can run asynchronously (`supports_staleness`).
+
     A new engine is a subclass in its own file plus one `register_engine(name, cls)` call
     (`paravt.train.rl.engines.registry`); `rollout.engine: <name>` then builds it.
     """
 
     engine: Any  # the core Engine the agent runtime generates with
     receives_weights: ClassVar[bool] = True
+    # `rollout.max_staleness` > 0: the engine generates later steps while the trainer trains and
+    # knows which weights produced each reply (so the staleness bound holds); when False, why not
+    supports_staleness: ClassVar[bool] = False
+    synchronous_reason: ClassVar[str] = "it cannot tell which weights produced a reply"
     sync_hint: str = ""  # said when the weights did not arrive after a second load
+
+    @classmethod
+    def check_spec(cls, rollout: RolloutSpec) -> list[str]:
+        """What this engine finds wrong with a recipe's `rollout` section, one problem each,
+        naming the key and the fix ([]: nothing). Called while the recipe validates, before
+        anything is built. This one refuses `max_staleness` > 0 unless `supports_staleness`; a
+        subclass adds its own (`super().check_spec(rollout) + [...]`)."""
+        if rollout.max_staleness and not cls.supports_staleness:
+            return [
+                staleness_refusal(rollout.engine, rollout.max_staleness, cls.synchronous_reason)
+            ]
+        return []
+
+    @classmethod
+    def doctor_server_urls(cls, rollout: RolloutSpec) -> list[str]:
+        """The servers of a recipe's `rollout` section that `paravt-train doctor --recipe`
+        checks with its server checks (SGLang's routes: `/health`, `/model_info`); none here."""
+        return []
 
     @classmethod
     @abstractmethod

@@ -12,7 +12,20 @@ from paravt.core.engines import HFEngine
 from paravt.train.rl.engines.base import Bucket, EngineContext, RolloutEngine
 
 
-class InProcessHF(RolloutEngine):
+class HFRollouts(RolloutEngine):
+    """`rollout.engine: hf`: transformers in the trainer's processes, synchronous only. `build`
+    picks the policy module itself (`InProcessHF`) or, when the backend shards it, a replica
+    (`HFReplica`)."""
+
+    synchronous_reason = "the in-process engine generates with the very weights being trained"
+
+    @classmethod
+    def build(cls, ctx: EngineContext) -> RolloutEngine:
+        kind: type[RolloutEngine] = HFReplica if ctx.backend.sharded else InProcessHF
+        return kind.build(ctx)
+
+
+class InProcessHF(HFRollouts):
     """`HFEngine` holding the policy module itself (one process, or DeepSpeed ZeRO-2): the weights
     are shared, so every optimiser step is seen by the next rollout and nothing is sent."""
 
@@ -29,7 +42,7 @@ class InProcessHF(RolloutEngine):
         """Nothing to load: the engine generates with the policy module."""
 
 
-class HFReplica(RolloutEngine):
+class HFReplica(HFRollouts):
     """`HFEngine` on an unsharded inference replica (FSDP2, ZeRO-3: generation cannot run on the
     sharded module, ranks would generate different numbers of tokens and their all-gathers
     would deadlock), loaded from the starting weights and refreshed bucket by bucket."""
@@ -58,5 +71,6 @@ class HFReplica(RolloutEngine):
 
 
 def build_hf(ctx: EngineContext) -> RolloutEngine:
-    """`hf`: the policy module itself, or a replica when the backend shards the policy."""
-    return (HFReplica if ctx.backend.sharded else InProcessHF).build(ctx)
+    """`hf`: the policy module itself, or a replica when the backend shards the policy
+    (`HFRollouts.build`)."""
+    return HFRollouts.build(ctx)

@@ -1,41 +1,51 @@
-"""Rollout engines by the recipe's `rollout.engine` name: `register_engine`, `build_engine`."""
+"""Rollout engines by the recipe's `rollout.engine` name: `register_engine`, `build_engine`.
+
+The names live in `paravt.train.engine_registry` (dependency-free, so the recipe can ask it while
+it validates: each engine class judges its own settings, `RolloutEngine.check_spec`); this module
+types them and builds the one a run names."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
+from paravt.train.engine_registry import engine_class as _engine_class
+from paravt.train.engine_registry import engine_names as _engine_names
+from paravt.train.engine_registry import register_engine as _register_engine
 from paravt.train.rl.engines.base import EngineContext, RolloutEngine
 
 EngineBuilder = Callable[[EngineContext], RolloutEngine]
 
-_ENGINES: dict[str, EngineBuilder] = {}
-
 
 def register_engine(name: str, engine: type[RolloutEngine] | EngineBuilder) -> None:
-    """Make `rollout.engine: <name>` build `engine` (a `RolloutEngine` subclass, through its
-    `build`, or a function of an `EngineContext`). Registering the same one again is a no-op;
-    another one under a taken name is a `ValueError`."""
-    builder: EngineBuilder = engine
-    if isinstance(engine, type) and issubclass(engine, RolloutEngine):
-        builder = engine.build
-    known = _ENGINES.get(name)
-    if known is not None and known != builder:
-        raise ValueError(f"a rollout engine is registered as {name!r} already: {known!r}")
-    _ENGINES[name] = builder
+    """Make `rollout.engine: <name>` build `engine`: a `RolloutEngine` subclass (through its
+    `build`; its `check_spec` and `supports_staleness` judge the recipe) or a function of an
+    `EngineContext` (no checks of its own, synchronous only). Registering the same one again is
+    a no-op; another one under a taken name is a `ValueError`. Register before loading a recipe
+    that names it: the recipe asks the registry while it validates."""
+    _register_engine(name, engine)
 
 
 def engine_names() -> tuple[str, ...]:
-    """The registered `rollout.engine` names."""
-    return tuple(sorted(_ENGINES))
+    """The registered `rollout.engine` names (the built-in ones included)."""
+    return _engine_names()
+
+
+def engine_class(name: str) -> type[RolloutEngine] | EngineBuilder | None:
+    """What `rollout.engine: <name>` builds, or None when nothing is registered as `name`."""
+    found: type[RolloutEngine] | EngineBuilder | None = _engine_class(name)
+    return found
 
 
 def build_engine(ctx: EngineContext) -> RolloutEngine:
     """The engine `ctx.recipe.rollout.engine` names, built from `ctx`."""
     name = ctx.recipe.rollout.engine
-    builder = _ENGINES.get(name)
-    if builder is None:
+    engine = engine_class(name)
+    if engine is None:
         raise ValueError(
             f"rollout.engine={name!r} is no registered rollout engine (registered: "
             f"{', '.join(engine_names())}); see paravt.train.rl.engines.register_engine"
         )
-    return builder(ctx)
+    if isinstance(engine, type) and issubclass(engine, RolloutEngine):
+        return engine.build(ctx)
+    return cast(EngineBuilder, engine)(ctx)  # registered as a function of the context

@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -23,6 +23,7 @@ from paravt.core.engines import SGLangServerEngine, VLLMServerEngine
 from paravt.train.distributed import all_reduce_sum
 from paravt.train.modeling import Sequence_, collate, token_logprobs
 from paravt.train.ranks import barrier, is_rank0
+from paravt.train.recipe import RolloutSpec
 from paravt.train.rl.engines.base import (
     WEIGHT_BUCKET_BYTES,
     Bucket,
@@ -41,6 +42,20 @@ def _pairs(buckets: Iterable[Bucket]) -> Iterator[tuple[str, torch.Tensor]]:
 class ServerEngine(RolloutEngine):
     """Rollout servers behind a core client with the `ServerWeights` interface; the recipe's
     `rollout.server` section configures them."""
+
+    example_url: ClassVar[str] = "http://127.0.0.1:8000"  # in the message of a missing url
+    launch_hint: ClassVar[str] = "start the servers first"  # how, in the same message
+
+    @classmethod
+    def check_spec(cls, rollout: RolloutSpec) -> list[str]:
+        problems = super().check_spec(rollout)
+        if not rollout.server.urls:
+            problems.append(
+                f"rollout.engine={rollout.engine} needs rollout.server.urls, e.g. "
+                f"rollout.server.urls=[{cls.example_url}] ({cls.launch_hint}; see paravt-train's "
+                "README, Launch)"
+            )
+        return problems
 
     def __init__(self, engine: Any, ctx: EngineContext) -> None:
         self.engine = engine
@@ -144,10 +159,30 @@ class SGLangServers(ServerEngine):
     before the last push, or from the one being pushed (announced before the push)."""
 
     engine: SGLangServerEngine
+    supports_staleness = True  # every reply carries the weight version that generated it
+    example_url = "http://127.0.0.1:30000"
+    launch_hint = "start the server with python -m sglang.launch_server"
 
     def __init__(self, engine: SGLangServerEngine, ctx: EngineContext) -> None:
         super().__init__(engine, ctx)
         self.weight_group: Any = None
+
+    @classmethod
+    def check_spec(cls, rollout: RolloutSpec) -> list[str]:
+        problems = super().check_spec(rollout)
+        if rollout.max_staleness and rollout.server.colocate:
+            problems.append(
+                f"rollout.max_staleness={rollout.max_staleness} cannot run with "
+                "rollout.server.colocate=true: colocated servers give their memory to the "
+                "update, so nothing can generate meanwhile; set rollout.max_staleness=0"
+            )
+        return problems
+
+    @classmethod
+    def doctor_server_urls(cls, rollout: RolloutSpec) -> list[str]:
+        """Every rollout and weight URL (SGLang's routes are what the doctor checks)."""
+        spec = rollout.server
+        return list(dict.fromkeys([*spec.urls, *(spec.weight_urls or [])]))
 
     @classmethod
     def build(cls, ctx: EngineContext) -> SGLangServers:
@@ -201,9 +236,30 @@ class SGLangServers(ServerEngine):
 
 class VLLMServers(ServerEngine):
     """vLLM servers (`VLLMServerEngine`): every server reloads each version from disk; synchronous
-    only (the recipe refuses staleness, distributed sync and colocation)."""
+    only (`check_spec` refuses staleness, distributed sync and colocation)."""
 
     engine: VLLMServerEngine
+    synchronous_reason = "its replies carry no weight version"
+    launch_hint = (
+        "start it with VLLM_SERVER_DEV_MODE=1 python -m vllm.entrypoints.openai.api_server "
+        "--model MODEL ..."
+    )
+
+    @classmethod
+    def check_spec(cls, rollout: RolloutSpec) -> list[str]:
+        problems = super().check_spec(rollout)
+        unsupported = {
+            "rollout.server.weight_sync": (rollout.server.weight_sync, "disk"),
+            "rollout.server.colocate": (rollout.server.colocate, False),
+        }
+        for key, (value, allowed) in unsupported.items():
+            if value != allowed:
+                problems.append(
+                    f"{key}={value} is not available with rollout.engine={rollout.engine} (it "
+                    f"reloads weights from disk and its servers are not colocated): set "
+                    f"{key}={allowed}, or use rollout.engine=sglang_server"
+                )
+        return problems
 
     @classmethod
     def build(cls, ctx: EngineContext) -> VLLMServers:
