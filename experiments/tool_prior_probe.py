@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,9 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=32, help="RL prompts per probe (x group 8)")
     ap.add_argument("--synth", nargs="*", default=[], help="extra data.synth overrides")
     ap.add_argument(
+        "--prior-think", action="store_true", help="the prior's calling turn thinks first"
+    )
+    ap.add_argument(
         "--cold-extra", nargs="*", default=[], help="extra recipe overrides of the cold start"
     )
     args = ap.parse_args()
@@ -77,6 +81,8 @@ def main() -> None:
     task = m.TASKS["prior"]
     if args.synth:
         task = m.Task(**{**task.__dict__, "synth": (*task.synth, *args.synth)})
+    if args.prior_think:
+        task = m.Task(**{**task.__dict__, "prior_think": True})
     prior_steps = args.prior_steps if args.prior_steps is not None else task.prior_steps
     work = args.work
     data = m.make_task_data(work / "data", sft_budgets=task.sft_k, seed_offset=args.seed, task=task)
@@ -89,11 +95,12 @@ def main() -> None:
         "task": task.summary,
         "synth": list(task.synth),
         "prior_steps": prior_steps,
+        "prior_think": task.prior_think,
         "load_before": os.getloadavg(),
         "policies": {},
     }
 
-    def sft(out: Path, init: Path, steps: int, prior: bool, extra: list[str] = []) -> Path:
+    def sft(out: Path, init: Path, steps: int, prior: bool, extra: Sequence[str] = ()) -> Path:
         final = out / "final"
         if not (final / "config.json").is_file():
             t0 = time.perf_counter()
@@ -104,7 +111,7 @@ def main() -> None:
                     data,
                     seed=args.seed,
                     steps=steps,
-                    extra=quiet,
+                    extra=[*quiet, *extra],
                     task=task,
                     prior=prior,
                 )
@@ -113,7 +120,12 @@ def main() -> None:
         return final
 
     prior_model = (
-        sft(work / f"s{args.seed}" / f"prior{prior_steps}", base, prior_steps, True)
+        sft(
+            work / f"s{args.seed}" / f"prior{prior_steps}{'-think' if task.prior_think else ''}",
+            base,
+            prior_steps,
+            True,
+        )
         if prior_steps
         else base
     )
@@ -122,7 +134,7 @@ def main() -> None:
     for steps in args.cold_steps:
         name = f"cold{steps}" + (f"-{tag}" if tag else "")
         policies[name] = sft(
-            work / f"s{args.seed}" / f"p{prior_steps}-{name}",
+            work / f"s{args.seed}" / f"p{prior_steps}{'-think' if task.prior_think else ''}-{name}",
             prior_model,
             steps,
             False,

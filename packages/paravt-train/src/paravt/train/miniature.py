@@ -221,6 +221,7 @@ class Task:
     prior_steps: int = 0  # tool-prior pre-training steps before the cold start (0: none)
     sft_steps: int = 500  # cold-start steps
     token_anchoring: bool = False  # the anchored arms anchor at token level, tool calls included
+    prior_think: bool = False  # the prior's calling turn thinks first (`prior_messages(think=)`)
 
 
 # The `prior` task (issue 32): Table 2 by the paper's own mechanism. Chosen on probes of the SFT
@@ -234,22 +235,28 @@ class Task:
 # - The tool prior: `PRIOR_STEPS` SFT steps on the same videos' traces written the way a
 #   pretrained reasoning VLM uses tools (`prior_messages`: direct answers in think -> answer tags,
 #   calls in the leaked `<tool_code>` Python form with no think and an untagged answer after
-#   them), then `PRIOR_COLD_START_STEPS` of the cold start in ParaVT's format.
+#   them), then `PRIOR_COLD_START_STEPS` of the cold start in ParaVT's format. 100 by the rule
+#   written before the last probes (experiments/README.md, "The tool prior"): the shortest cold
+#   start whose SFT policy executes calls (kappa >= 0.3 under vanilla GRPO's settings) among those
+#   that leak the prior most; no probed cold start with working calls leaked at all (seed 0).
 PRIOR_NEEDLE_S = 1.5
 PRIOR_CROP_FRAMES = 8
 PRIOR_GATE = (2, 4, 8)
 PRIOR_STEPS = 300
-PRIOR_COLD_START_STEPS = 150
+PRIOR_COLD_START_STEPS = 100
 
 
-def prior_messages(messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+def prior_messages(
+    messages: Sequence[dict[str, str]], *, think: bool = False
+) -> list[dict[str, str]]:
     """A main-agent teacher trace rewritten in the tool prior's habits, as a pretrained reasoning
     VLM has them: it thinks and answers in tags when it answers directly (the think -> answer
     format of reasoning LMMs: such traces are kept as they are), but it calls tools its own way:
     each `<tool_call>` JSON call becomes `<tool_code>crop_video(start_time=S, end_time=E)
     </tool_code>` with no think before it (the Python form Qwen-VL models leak; the reference
     parser runs it), and the answer after the tool responses is the untagged sentence "The square
-    is X.". So the prior competes with ParaVT's format exactly where the tool is used. System,
+    is X.". So the prior competes with ParaVT's format exactly where the tool is used. With
+    `think`, the calling turn keeps its think block and only the call envelope differs. System,
     user and tool messages are kept as they are."""
     calling = any(
         m["role"] == "assistant" and parse_response(m["content"]).tool_calls for m in messages
@@ -270,14 +277,17 @@ def prior_messages(messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
                 )
                 for c in calls
             ]
-            out.append({"role": "assistant", "content": "\n".join(lines)})
+            head = ""
+            if think and parsed.think is not None:
+                head = f"<think>\n{parsed.think.strip()}\n</think>\n"
+            out.append({"role": "assistant", "content": head + "\n".join(lines)})
         else:
             answer = (parsed.answer or "").strip()
             out.append({"role": "assistant", "content": f"The square is {answer}."})
     return out
 
 
-def write_prior_traces(sft_parquet: Path, out: Path) -> Path:
+def write_prior_traces(sft_parquet: Path, out: Path, *, think: bool = False) -> Path:
     """`out`: the main-agent rows of `sft_parquet` with `prior_messages` traces (sub-agent rows
     are left out: the prior is the main agent's calling habit)."""
     import pyarrow as pa
@@ -287,7 +297,7 @@ def write_prior_traces(sft_parquet: Path, out: Path) -> Path:
         return out
     rows = [r for r in pq.read_table(sft_parquet).to_pylist() if r.get("agent") == "main"]
     for r in rows:
-        r["messages"] = prior_messages(r["messages"])
+        r["messages"] = prior_messages(r["messages"], think=think)
         r["id"] = f"{r['id']}_prior"
     tmp = out.with_suffix(".tmp.parquet")
     pq.write_table(pa.Table.from_pylist(rows), tmp)
@@ -392,7 +402,11 @@ def make_task_data(
     sft = {k: root / f"synth-sft-k{k}" / "sft.parquet" for k in sft_budgets}
     prior = {}
     if task is not None and task.prior_steps:
-        prior = {k: write_prior_traces(p, p.parent / "prior.parquet") for k, p in sft.items()}
+        name = "prior-think.parquet" if task.prior_think else "prior.parquet"
+        prior = {
+            k: write_prior_traces(p, p.parent / name, think=task.prior_think)
+            for k, p in sft.items()
+        }
     return TaskData(
         sft=sft,
         rl=root / "synth-rl" / "rl.parquet",

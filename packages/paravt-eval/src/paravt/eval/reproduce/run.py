@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paravt.eval.reproduce import rules
 from paravt.eval.reproduce.cells import (
     accuracy_cell,
     held_out_documents,
@@ -31,7 +32,6 @@ from paravt.eval.reproduce.claims import render_results
 from paravt.eval.reproduce.config import ReproduceConfig
 from paravt.eval.reproduce.paper import run_paper_splits
 from paravt.eval.reproduce.progress import log, restart_clock
-from paravt.eval.reproduce import rules
 from paravt.eval.reproduce.rules import JUDGED_TASKS
 from paravt.eval.reproduce.rules import render_results as render_ruled_results
 from paravt.eval.reproduce.tables import LABELS, Row, Summary, mean_sd, render_tables
