@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -364,3 +365,158 @@ def test_the_rollout_engine_returns_the_log_probs_the_trainer_recomputes(vllm_se
         # temperature-1 log-probs of vLLM's default mode (0.25 apart at T=0.7)
         assert diff < 2e-2, (temperature, diff)
     assert engine.prompt_token_mismatches == 0
+
+
+def test_a_reload_mid_flight_waits_and_each_reply_has_the_log_probs_of_the_weights_it_names(
+    vllm_server, tmp_path
+):
+    """Asynchronous RL's weight side on a real server: requests are in flight when a reload
+    begins. vLLM's chat replies carry no weight version, so the client keeps it: the reload waits
+    for the requests in flight (they finish on the old weights), requests sent meanwhile wait
+    for it and run on the new ones, and every reply is tagged with its version. The proof: each
+    reply's sampled log-probs equal the trainer's recompute under the weights it is tagged with,
+    and not under the others."""
+    import threading
+
+    import torch
+    from transformers import AutoProcessor
+
+    from paravt.core.engines.vllm_server import VLLMServerEngine
+    from paravt.core.protocol import Message
+    from paravt.core.runtime import SamplingParams, Trajectory
+
+    processor = AutoProcessor.from_pretrained(str(vllm_server.checkpoint))
+    # ignore_eos (vLLM's sampling extension): every request runs its full length on the server
+    engine = VLLMServerEngine(vllm_server.root, processor, extra_body={"ignore_eos": True})
+    old = _trainer(vllm_server.checkpoint)
+    new = _trainer(vllm_server.checkpoint)
+    with torch.no_grad():
+        for p in new.parameters():
+            p.mul_(1.3)
+    new.save_pretrained(tmp_path / "step-1")
+    messages = [Message("user", "Count the squares.")]
+    encoded = engine.encode_prompt(messages, assistant_prefix="<think>\n")
+    traj = Trajectory("main", token_ids=list(encoded.token_ids), messages=messages,
+                      assistant_prefix="<think>\n")  # fmt: skip
+    sampling = SamplingParams(max_new_tokens=96, temperature=1.0)
+    reload_done = threading.Event()
+
+    async def main() -> tuple[list[Any], list[Any]]:
+        first = asyncio.ensure_future(engine.generate([traj] * 4, sampling))
+        while engine.gate.in_flight < 4:
+            await asyncio.sleep(0.005)
+
+        def reload() -> None:
+            engine._load_checkpoint(tmp_path / "step-1", "step-1", None, None)
+            reload_done.set()
+
+        reloading = asyncio.ensure_future(asyncio.to_thread(reload))
+        while not engine.gate.held:
+            await asyncio.sleep(0.001)
+        late = asyncio.ensure_future(engine.generate([traj] * 4, sampling))
+        await asyncio.sleep(0.05)
+        assert not late.done() and not reload_done.is_set()  # both wait for the first four
+        outs = await first
+        await reloading
+        return outs, await late
+
+    try:
+        engine._load_checkpoint(vllm_server.checkpoint, "step-0", None, None)
+        first, late = asyncio.run(main())
+        assert engine.gate.waited_s > 0.0
+        worst = {"tagged": 0.0, "other": math.inf}
+        for out, tagged in [*((o, "step-0") for o in first), *((o, "step-1") for o in late)]:
+            assert out.weight_version == tagged
+            ids = list(traj.token_ids) + list(out.token_ids)
+            n = len(traj.token_ids) - 1
+            under = {
+                "step-0": _logprobs_of(old, ids)[n:],
+                "step-1": _logprobs_of(new, ids)[n:],
+            }
+            for version, lps in under.items():
+                diff = max(abs(a - b) for a, b in zip(out.logprobs, lps))
+                key = "tagged" if version == tagged else "other"
+                worst[key] = max(worst[key], diff) if key == "tagged" else min(worst[key], diff)
+        print(
+            f"reload waited {engine.gate.waited_s:.3f} s; replies vs their tagged weights "
+            f"{worst['tagged']:.2e}, vs the other weights at least {worst['other']:.3g}"
+        )
+        assert worst["tagged"] < 1e-3 and worst["other"] > 1e-2, worst
+        assert engine.reply_versions == {"step-0": 4, "step-1": 4}
+    finally:  # the other tests expect the checkpoint's own weights
+        engine._load_checkpoint(vllm_server.checkpoint, "default", None, None)
+
+
+def test_rl_steps_with_rollouts_a_step_ahead_on_the_vllm_server(vllm_server, tmp_path):
+    """Asynchronous RL on vLLM (rollout.max_staleness=1, the decoupled loss): step s's rollouts
+    are generated while step s-1 trains, on weights at most one version older than the ones that
+    train on them; each push waits for the requests in flight and the servers serve step-N after
+    it (verify_sync: their log-probs equal the trainer's). Every reply is tagged with the version
+    that produced it, and the step that started after a push ran on the pushed weights."""
+    import json as _json
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "packages/paravt-train/tests"))
+    from rl_helpers import AlternateScripted, examples
+
+    from paravt.core.engines.vllm_server import VLLMServer
+    from paravt.train.recipe import load_recipe
+    from paravt.train.rl import train_rl
+
+    server = VLLMServer(vllm_server.root, model=vllm_server.model)
+    out = tmp_path / "rl"
+    recipe = load_recipe(
+        "tiny_paragrpo",
+        [
+            f"model.path={vllm_server.checkpoint}",
+            f"output_dir={out}",
+            "model.dtype=float32",
+            "rollout.engine=vllm_server",
+            f"rollout.server.urls=[{vllm_server.root}]",
+            "rollout.server.verify_sync=true",
+            "rollout.server.verify_sync_tolerance=0.001",
+            "rollout.server.timeout_s=300",
+            "rollout.max_staleness=1",
+            "loss.decoupled=true",
+            "rollout.batch_prompts=2",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=12",
+            "rollout.subagent_max_new_tokens=8",
+            "rollout.max_turns=2",
+            "gating.choices=[2,4]",
+            "optim.lr=1e-2",
+            "max_steps=3",
+            "checkpoint.every_steps=3",
+            "checkpoint.save_final=false",
+            "logging.progress=false",
+        ],
+    )
+    engines: list[Any] = []
+
+    def wrap(engine: Any) -> Any:
+        engines.append(engine)
+        return AlternateScripted(engine)  # rewards differ within groups: the weights move
+
+    exs, frames = examples()
+    try:
+        train_rl(recipe, examples=exs, frames=frames, wrap_engine=wrap)
+        rows = [_json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        (engine,) = engines
+        staleness = [r["rollout/staleness"] for r in rows]
+        diffs = [r["sync/logprob_max_abs_diff"] for r in rows]
+        print(
+            f"vLLM async RL: staleness {staleness}, replies per version {engine.reply_versions}, "
+            f"drain {[r['sync/drain_s'] for r in rows]}, sync diffs {diffs}"
+        )
+        assert [r["step"] for r in rows] == [1, 2, 3]
+        assert all(0 <= s <= 1 for s in staleness) and max(staleness) == 1, staleness
+        assert all(d < 1e-3 for d in diffs), diffs
+        assert server.weight_version() == "step-3"
+        # every reply tagged; step 3 could start only once step-1 was served, so its replies
+        # (at least) came from a later version than step 1's
+        assert None not in engine.reply_versions
+        assert set(engine.reply_versions) <= {"step-0", "step-1", "step-2"}
+        assert len(engine.reply_versions) >= 2, engine.reply_versions
+        assert engine.gate.in_flight == 0 and not engine.gate.held
+        assert engine.prompt_token_mismatches == 0
+    finally:  # the other tests expect the checkpoint's own weights
+        server.reload_weights(vllm_server.checkpoint, "default")

@@ -1,5 +1,6 @@
 """VLLMServerEngine without a server (the real one is in integrations/with_vllm): what it sends,
-how it reads replies, and the checks that refuse a server the trainer cannot use."""
+how it reads replies, the checks that refuse a server the trainer cannot use, and how it knows
+which weights produced each reply (its `ReloadGate`: no request at a server across a reload)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import httpx
 import pytest
 
 from paravt.core.engines.vllm_server import VLLMServerEngine, VLLMServerError
+from paravt.core.engines.weights import ReloadGate
 from paravt.core.protocol import Message
 from paravt.core.runtime import SamplingParams, Trajectory
 
@@ -150,3 +152,139 @@ def test_requests_in_flight_stay_within_max_in_flight(processor):
     trajs = [trajectory(engine) for _ in range(6)]
     outs = asyncio.run(engine.generate(trajs, SamplingParams(max_new_tokens=1)))
     assert len(outs) == 6 and state["most"] == 2
+
+
+# ------------------------------------------------------------------ which weights produced a reply
+
+
+class FakeVLLM:
+    """A vLLM server whose replies say which weight version was served when each request started
+    and when it ended (token ids 100 + k and 200 + k, k the version's index), with the weight
+    routes a reload uses. A chat request takes `seconds`."""
+
+    def __init__(self, seconds: float = 0.05) -> None:
+        self.versions = ["default"]
+        self.seconds = seconds
+        self.active = 0
+        self.active_at_pause: list[int] = []
+        self.fail_reload = False
+
+    @property
+    def k(self) -> int:
+        return len(self.versions) - 1
+
+    async def chat(self, request: httpx.Request) -> httpx.Response:
+        self.active += 1
+        start = self.k
+        await asyncio.sleep(self.seconds)
+        end = self.k
+        self.active -= 1
+        ids = [100 + start, 200 + end]
+        entries = [{"token": f"token_id:{t}", "logprob": -0.5} for t in ids]
+        choice = {"finish_reason": "length", "token_ids": ids, "logprobs": {"content": entries}}
+        return httpx.Response(200, json={"choices": [choice]})
+
+    def weight_route(self, method: str, path: str, **kwargs: Any) -> Any:
+        if path == "/pause":
+            self.active_at_pause.append(self.active)
+        elif path == "/collective_rpc" and self.fail_reload:
+            raise VLLMServerError("the reload failed")
+        elif path == "/update_weight_version":
+            self.versions.append(kwargs["json"]["new_version"])
+        elif path == "/weight_info":
+            return {"weight_version": self.versions[-1]}
+        return {}
+
+
+def gated_engine(processor: Any, fake: FakeVLLM, monkeypatch: Any) -> VLLMServerEngine:
+    engine = VLLMServerEngine(
+        "http://vllm:8000", processor, model="m", transport=httpx.MockTransport(fake.chat)
+    )
+    monkeypatch.setattr(engine.servers["http://vllm:8000"], "_request", fake.weight_route)
+    return engine
+
+
+def test_a_reload_waits_for_the_requests_in_flight_and_each_reply_is_tagged_with_its_weights(
+    processor, monkeypatch, tmp_path
+):
+    """Requests in flight when a reload begins finish on the old weights, requests sent during it
+    wait and run on the new ones: no request is at the server across the reload (the server saw
+    none in flight when it was paused) and every reply's `weight_version` is the version served
+    from its start to its end."""
+    fake = FakeVLLM(seconds=0.2)
+    engine = gated_engine(processor, fake, monkeypatch)
+    engine._load_checkpoint(tmp_path, "step-0", None, None)
+    sampling = SamplingParams(max_new_tokens=2)
+
+    async def main() -> tuple[list[Any], list[Any]]:
+        first = asyncio.create_task(engine.generate([trajectory(engine)] * 6, sampling))
+        await asyncio.sleep(0.05)  # in flight
+        assert engine.gate.in_flight == 6
+        reload = asyncio.create_task(
+            asyncio.to_thread(engine._load_checkpoint, tmp_path, "step-1", None, None)
+        )
+        await asyncio.sleep(0.05)  # the reload holds the gate, waiting for the six
+        assert engine.gate.held
+        late = asyncio.create_task(engine.generate([trajectory(engine)] * 4, sampling))
+        outs = await first
+        await reload
+        return outs, await late
+
+    first, late = asyncio.run(main())
+    assert fake.active_at_pause == [0, 0]  # the server was never paused with a request of ours
+    for out, version in [*((o, "step-0") for o in first), *((o, "step-1") for o in late)]:
+        k = fake.versions.index(version)
+        assert out.weight_version == version and out.token_ids == [100 + k, 200 + k]
+    assert engine.reply_versions == {"step-0": 6, "step-1": 4}
+    assert engine.gate.waited_s > 0.05  # the reload waited for the six in flight
+    assert not engine.gate.held and engine.gate.in_flight == 0
+
+
+@pytest.mark.parametrize("mode", ["keep", "abort"])
+def test_a_pause_mode_that_lets_a_request_straddle_a_reload_or_cuts_it_is_refused(
+    processor, monkeypatch, tmp_path, mode
+):
+    engine = gated_engine(processor, FakeVLLM(), monkeypatch)
+    with pytest.raises(ValueError, match=rf"pause='{mode}' .*use pause='wait'"):
+        engine._load_checkpoint(tmp_path, "step-1", mode, None)
+    with pytest.raises(ValueError, match=rf"pause='{mode}'"):
+        engine.servers["http://vllm:8000"].reload_weights(tmp_path, "step-1", pause=mode)
+
+
+def test_after_a_failed_reload_no_reply_can_be_tagged_so_requests_fail_naming_it(
+    processor, monkeypatch, tmp_path
+):
+    fake = FakeVLLM()
+    engine = gated_engine(processor, fake, monkeypatch)
+    fake.fail_reload = True
+    with pytest.raises(VLLMServerError, match="the reload failed"):
+        engine._load_checkpoint(tmp_path, "step-1", None, None)
+    with pytest.raises(VLLMServerError, match=r"reload to 'step-1' failed .*weights are unknown"):
+        asyncio.run(engine.generate([trajectory(engine)], SamplingParams(max_new_tokens=2)))
+
+
+def test_a_hold_that_outlasts_its_timeout_reopens_the_gate_and_names_the_requests_in_flight():
+    gate = ReloadGate(error=VLLMServerError)
+    entered = asyncio.run(gate.enter())
+    assert entered == (None, 0) and gate.in_flight == 1
+    with pytest.raises(VLLMServerError, match=r"1 request\(s\) still in flight after 0.05 s"):
+        gate.hold(0.05)
+    assert not gate.held  # reopened: requests go on
+    gate.leave()
+    gate.hold(0.05)
+    gate.release("step-1")
+    assert gate.version == "step-1" and gate.reloads == 1 and not gate.held
+
+
+def test_a_request_waiting_at_a_held_gate_goes_on_with_the_released_version():
+    gate = ReloadGate(version="step-0", error=VLLMServerError)
+    gate.hold(1.0)
+
+    async def main() -> tuple[str | None, int]:
+        waiting = asyncio.create_task(gate.enter())
+        await asyncio.sleep(0.02)
+        assert not waiting.done()  # held back
+        await asyncio.to_thread(gate.release, "step-1")  # from another thread, as the trainer
+        return await asyncio.wait_for(waiting, 1.0)
+
+    assert asyncio.run(main()) == ("step-1", 1)

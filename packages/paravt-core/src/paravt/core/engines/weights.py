@@ -2,19 +2,35 @@
 weight side every server client shares (`ServerWeights`).
 
 Both server engines use these: `SGLangServerEngine` (`/update_weights_from_disk`, and buckets over
-an NCCL group) and `VLLMServerEngine` (`reload_weights` from a directory).
+an NCCL group) and `VLLMServerEngine` (`reload_weights` from a directory). `ReloadGate` keeps a
+client's requests and its reloads apart, for a server whose replies do not say which weights
+produced them (`VLLMServerEngine`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import math
 import shutil
+import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-__all__ = ["ServerWeights", "bucket_tensors", "iter_buckets", "write_checkpoint"]
+from paravt.core.episode import Generated
+
+__all__ = [
+    "ReloadGate",
+    "ServerWeights",
+    "VersionedGenerated",
+    "bucket_tensors",
+    "iter_buckets",
+    "write_checkpoint",
+]
 
 
 def iter_buckets(
@@ -194,3 +210,125 @@ class ServerWeights:
         except self.server_errors as exc:
             return math.nan, str(exc)
         return worst, ""
+
+
+@dataclass
+class VersionedGenerated(Generated):
+    """A reply with the weight version it was generated with, all of it (`ReloadGate`)."""
+
+    weight_version: str | None = None
+
+
+class ReloadGate:
+    """Which weights a request is sent under, and no request across a reload. Thread-safe: the
+    requests run on an event loop (the trainer's rollout producer has its own thread), reloads
+    come from the trainer's thread.
+
+    A request `enter`s (waiting while a reload holds the gate), is counted in flight and gets the
+    version in force; it `leave`s when its reply is back. `hold` closes the gate to new requests
+    and waits until none is in flight (at most `timeout_s`: then it opens again and raises, rather
+    than reload under a request); `release(version)` records the version now served and, when the
+    last hold is released, lets the waiting requests go. Holds nest (the trainer holds every rank
+    across the push, the reload holds again inside). `reloads` counts the releases with a
+    version (all of them happen while the gate is held); a request that sees it change between its `enter` and `leave` was in flight across a
+    reload, which the client refuses (`VLLMServerEngine`).
+    """
+
+    def __init__(
+        self, version: str | None = None, *, error: type[Exception] = RuntimeError
+    ) -> None:
+        self.version = version
+        self.error = error  # what a refused request or hold raises (the client's error)
+        self.reloads = 0
+        self.in_flight = 0
+        self.waited_s = 0.0  # time the holds spent waiting for requests in flight, in all
+        self._holds = 0
+        self._broken: str | None = None
+        self._cond = threading.Condition()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    @property
+    def held(self) -> bool:
+        return self._holds > 0
+
+    async def enter(self) -> tuple[str | None, int]:
+        """Wait until no reload holds the gate; count this request in flight. Returns the
+        version in force and the reload count (for `leave`)."""
+        while True:
+            with self._cond:
+                if self._broken is not None:
+                    raise self.error(self._broken)
+                if not self._holds:
+                    self.in_flight += 1
+                    return self.version, self.reloads
+                loop = asyncio.get_running_loop()
+                waiter: asyncio.Future[None] = loop.create_future()
+                self._waiters.append((loop, waiter))
+            await waiter
+
+    def leave(self) -> None:
+        with self._cond:
+            self.in_flight -= 1
+            self._cond.notify_all()
+
+    def hold(self, timeout_s: float) -> float:
+        """Close the gate to new requests and wait until none is in flight; the seconds waited.
+        Do not call it from the event loop the requests run on (they could not finish)."""
+        t0 = time.perf_counter()
+        with self._cond:
+            self._holds += 1
+            if not self._cond.wait_for(lambda: self.in_flight == 0, timeout=timeout_s):
+                in_flight = self.in_flight
+                self._holds -= 1
+                self._wake()
+                raise self.error(
+                    f"{in_flight} request(s) still in flight after {timeout_s:g} s: a reload now "
+                    "would change the weights under them, and nothing would tell which weights "
+                    "produced their replies; not reloading (raise the timeout, or find the "
+                    "request that does not finish)"
+                )
+            waited = time.perf_counter() - t0
+            self.waited_s += waited
+            return waited
+
+    def release(self, version: str | None, *, failed: str | None = None) -> None:
+        """The reload is over and the servers serve `version`; the last release opens the gate.
+        `failed`: the reload failed and the served weights are unknown; every later request
+        raises with this message."""
+        with self._cond:
+            self._holds = max(self._holds - 1, 0)
+            if failed is not None:
+                self._broken = failed
+            elif version is not None:
+                self.version = version
+                self.reloads += 1
+            if not self._holds:
+                self._wake()
+
+    def _wake(self) -> None:
+        """Let the requests waiting at the gate go (under the lock)."""
+        waiters, self._waiters = self._waiters, []
+        for loop, waiter in waiters:
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits there
+                loop.call_soon_threadsafe(_set_done, waiter)
+
+    @contextlib.contextmanager
+    def holding(self, version: str, timeout_s: float) -> Iterator[None]:
+        """`hold`, then `release(version)`; if the body raises, the gate is broken (the servers'
+        weights are unknown) and the error goes on."""
+        self.hold(timeout_s)
+        try:
+            yield
+        except BaseException as exc:
+            failed = (
+                f"a weight reload to {version!r} failed ({exc!r}): the servers' weights are "
+                "unknown, so no reply could be tagged with them"
+            )
+            self.release(None, failed=failed)
+            raise
+        self.release(version)
+
+
+def _set_done(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():  # a cancelled request no longer waits
+        waiter.set_result(None)

@@ -7,7 +7,9 @@ rank 0 hands it to the client's weight push (`paravt.core.engines.ServerWeights`
 disk that every server loads), all ranks meet at a barrier and then expect the new version; the
 check compares the servers' log-probs of a fixed sequence with the policy's own. SGLang adds the
 push over an NCCL weight-update group, colocated servers that free their memory during the update,
-and asynchronous rollouts that may carry the versions before the last push.
+and asynchronous rollouts that may carry the versions before the last push (its replies say which
+weights produced them). vLLM's do not: asynchronous, its client keeps every request off the
+servers while they reload, so each reply has the one version it was sent under.
 """
 
 from __future__ import annotations
@@ -235,15 +237,24 @@ class SGLangServers(ServerEngine):
 
 
 class VLLMServers(ServerEngine):
-    """vLLM servers (`VLLMServerEngine`): every server reloads each version from disk; synchronous
-    only (`check_spec` refuses staleness, distributed sync and colocation)."""
+    """vLLM servers (`VLLMServerEngine`): every server reloads each version from disk
+    (`check_spec` refuses distributed sync and colocation). With `rollout.max_staleness` N the
+    servers generate later steps while the trainer trains: a vLLM chat reply says nothing of the
+    weights that produced it, so the client tracks them (`VLLMServerEngine.gate`): a reload waits
+    for every rank's requests in flight and holds new ones back until it is done, so every reply
+    comes from the one version it was sent under (explicit `pause_mode` retract / in_place, which
+    would let requests run across a reload, are refused)."""
 
     engine: VLLMServerEngine
-    synchronous_reason = "its replies carry no weight version"
+    supports_staleness = True  # the client tags each reply with its version (no request straddles)
     launch_hint = (
         "start it with VLLM_SERVER_DEV_MODE=1 python -m vllm.entrypoints.openai.api_server "
         "--model MODEL ..."
     )
+
+    def __init__(self, engine: VLLMServerEngine, ctx: EngineContext) -> None:
+        super().__init__(engine, ctx)
+        self.drain_s = 0.0  # this rank's wait for its requests in flight before the last reload
 
     @classmethod
     def check_spec(cls, rollout: RolloutSpec) -> list[str]:
@@ -259,6 +270,15 @@ class VLLMServers(ServerEngine):
                     f"reloads weights from disk and its servers are not colocated): set "
                     f"{key}={allowed}, or use rollout.engine=sglang_server"
                 )
+        mode, explicit = rollout.server.pause_mode, rollout.server.model_fields_set
+        if rollout.max_staleness and "pause_mode" in explicit and mode != "drain":
+            problems.append(
+                f"rollout.server.pause_mode={mode} lets a request go on across a weight "
+                f"reload, and rollout.engine={rollout.engine} could not tell which weights "
+                "produced its reply (vLLM's chat replies carry no weight version): set "
+                "rollout.server.pause_mode=drain (what this engine does: a reload waits for "
+                "the requests in flight), or leave the key out"
+            )
         return problems
 
     @classmethod
@@ -272,3 +292,36 @@ class VLLMServers(ServerEngine):
         engine.health()
         engine.check_logprobs_mode()
         return cls(engine, ctx)
+
+    def load_weights(self, buckets: Iterable[Bucket], version: str) -> None:
+        """As every server engine; asynchronous, no rank has a request at a server while rank 0
+        reloads: the other ranks hold theirs back (and wait for those in flight) before the
+        gather, rank 0 its own inside the reload, after writing the checkpoint."""
+        if not self.max_staleness:
+            super().load_weights(buckets, version)
+            return
+        held = not is_rank0()
+        if held:
+            self.drain_s = self.engine.hold_requests()
+        before = self.engine.gate.waited_s
+        try:
+            barrier()  # every rank has drained before rank 0 can reload
+            super().load_weights(buckets, version)
+        except BaseException as exc:
+            if held:
+                self.engine.release_requests(
+                    None, failed=f"the push of {version!r} failed: {exc!r}"
+                )
+            raise
+        if held:
+            self.engine.release_requests(version)
+        else:
+            self.drain_s = self.engine.gate.waited_s - before
+
+    def metrics(self) -> dict[str, float]:
+        """The server engine's, and the time this rank's last reload waited for its requests in
+        flight (`sync/drain_s`, asynchronous only: the cost of knowing each reply's weights)."""
+        out = super().metrics()
+        if self.max_staleness:
+            out["sync/drain_s"] = self.drain_s
+        return out
