@@ -165,6 +165,11 @@ def run_reproduce(config: ReproduceConfig, *, report: bool = True) -> ReproduceR
 
 def _one_seed(config: ReproduceConfig, seed: int) -> None:
     """A worker process: train and measure one seed (everything lands in cached files)."""
+    import multiprocessing as mp
+
+    # a spawned worker inherits "spawn" as its start method; the trainers' data loaders start
+    # their own workers with the platform's default (fork on Linux), as in a top-level run
+    mp.set_start_method(mp.get_all_start_methods()[0], force=True)
     one = config.model_copy(update={"seeds": (seed,), "jobs": 1})
     run_reproduce(one, report=False)
 
