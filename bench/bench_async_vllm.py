@@ -1,0 +1,473 @@
+"""Asynchronous RL on a real vLLM server: episodes per second of `rollout.max_staleness` 2 (and 1)
+against synchronous steps, on vLLM's CPU build serving the tiny checkpoint.
+
+The method is `bench_rollout.py`'s, with its simulated server replaced by a real one. The same
+plans (its `Plan`: one trainer step of the 8B recipes, 7 ranks x 8 episodes, up to 3 turns, up to
+5 crop calls a turn, a sub-agent per call, main-turn lengths lognormal with median 350 tokens and
+sigma 0.8, sub-agents median 120) drive the agent runtime; each generation is a real request to
+the vLLM server for the plan's number of tokens scaled by LENGTH_SCALE (`ignore_eos`, so the
+server generates exactly that many), and the runtime gets the plan's scripted text back (the tiny
+model's random tokens would call no tool). Crop decodes wait the plan's time scaled to this
+server: x (its measured seconds per token with 56 requests open / 25 ms, the 8B per-token time
+`bench_rollout` assumes at ~64 open) x LENGTH_SCALE, so decodes keep their share of an episode.
+
+Training runs as in `bench_rollout.training_run`: the 7 ranks are threads, each with its own
+`VLLMServerEngine` client (as trainer ranks); every step they meet, "train" for TRAIN_S (a sleep,
+scaled like the decodes; 0 in the rollouts-only row) and rank 0 pushes the tiny model's weights
+for real: the other ranks hold their requests back (`hold_requests`, what `VLLMServers` does on a
+rank that does not reload), rank 0 writes the checkpoint and reloads the server through its
+client (`push_weights_from_disk`: its requests in flight finish first, new ones wait), the ranks
+release with the new version. Synchronous steps generate after the push; `max_staleness` N runs
+each rank's rollouts on `paravt.train.producer.RolloutProducer`. Every reply's weight version is
+counted (`reply_versions`), and a request must never be at the server across a reload (the
+client would raise).
+
+Needs the vLLM server venv that `nox -s real_server` builds: run with the workspace venv of that
+session,
+
+    PARAVT_VLLM_PYTHON=.nox/real_server/vllm-server/bin/python \\
+        .nox/real_server/bin/python bench/bench_async_vllm.py
+
+(without PARAVT_VLLM_PYTHON it says so and writes nothing, so `nox -s bench` passes it by; a run
+takes about 25 minutes on 2 CPUs). Writes
+bench/results/async_vllm.json with the load average before and after: the machine is shared, so
+the absolute numbers move with its load; the ratios are measured back to back, mode after mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import bench_rollout as br
+
+from paravt.core import (
+    AgentTask,
+    Frame,
+    Message,
+    SamplingParams,
+    Trajectory,
+    build_main_prompt,
+    run_episodes,
+)
+from paravt.core.runtime import Generated
+from paravt.core.testing import ScriptedEngine
+from paravt.train.producer import RolloutProducer
+
+RESULTS = Path(__file__).parent / "results" / "async_vllm.json"
+# main turns: median 175 tokens, at most 1024; sub-agents: median 60. Shorter, and the requests'
+# fixed costs here (HTTP, the chat template, ~3 ms each with 56 at once) outweigh the generation
+LENGTH_SCALE = 1 / 2
+STEPS = int(os.environ.get("PARAVT_BENCH_STEPS", "6"))
+SEEDS = tuple(int(s) for s in os.environ.get("PARAVT_BENCH_SEEDS", "0").split(","))
+T_TOKEN_8B = 0.025  # bench_rollout's per-token time of the 8B server at load (s)
+TRAIN_8B_S = 60.0  # bench_rollout's guess of one 8B update on 7 GPUs (s)
+MODES = {  # name: (episode schedule, max_staleness)
+    "lockstep, synchronous": ("lockstep", 0),
+    "async episodes, synchronous": ("async", 0),
+    "async episodes, max_staleness 1": ("async", 1),
+    "async episodes, max_staleness 2 (reference)": ("async", 2),
+}
+
+
+# ------------------------------------------------------------------------------- the vLLM server
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def vllm_server(python: str, checkpoint: Path, log: Path) -> Iterator[str]:
+    """The server as `integrations/with_vllm/conftest.py` starts it; its root URL."""
+    import httpx
+
+    port = _free_port()
+    env = dict(os.environ)
+    env.update(
+        VLLM_HOST_IP="127.0.0.1",
+        VLLM_CPU_KVCACHE_SPACE="1",
+        VLLM_CPU_OMP_THREADS_BIND="nobind",
+        VLLM_SERVER_DEV_MODE="1",
+        HF_HUB_OFFLINE="1",
+    )
+    cmd = [
+        python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(checkpoint),
+        "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
+        "--dtype", "float32", "--max-model-len", "16384",
+        "--logprobs-mode", "processed_logprobs",
+    ]  # fmt: skip
+    root = f"http://127.0.0.1:{port}"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the vLLM server exited; see {log}")
+            try:
+                if httpx.get(root + "/health", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the vLLM server did not start in 600 s; see {log}")
+            time.sleep(2)
+        yield root
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+# ------------------------------------------------------------------- the plan, generated for real
+
+
+@dataclass
+class OnVLLM(ScriptedEngine):
+    """The runtime's engine: each generation is a real request to the vLLM server (through
+    `client`, a `VLLMServerEngine`) for the plan's length x LENGTH_SCALE, and returns the plan's
+    scripted text (tokenized as `ScriptedEngine` does, one token per character)."""
+
+    plan: br.Plan = field(default_factory=lambda: br.Plan(0))
+    client: Any = None
+    prompt: Trajectory | None = None
+    continuous_batching: bool = True
+    tokens: int = 0
+    requests: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    async def _one(self, traj: Trajectory) -> Generated:
+        episode = br._episode_of(traj)
+        if traj.role == "main":
+            turn = 1 + sum(1 for m in traj.messages if m.role == "assistant")
+            text, n = self.plan.main_turn(episode, turn)
+        else:
+            text = self.plan.subagent(episode, traj.turn or 0, traj.call_index or 0)
+            n = len(text)
+        real = max(1, round(n * LENGTH_SCALE))
+        assert self.prompt is not None
+        (out,) = await self.client.generate(
+            [self.prompt], SamplingParams(max_new_tokens=real, temperature=1.0)
+        )
+        assert out.weight_version is not None  # tagged with the weights it came from
+        with self.lock:
+            self.tokens += real
+            self.requests += 1
+        ids = [ord(c) for c in text]
+        return Generated(text, ids, [-0.5] * len(ids), "stop")
+
+    async def generate(
+        self, trajectories: Sequence[Trajectory], sampling: SamplingParams
+    ) -> list[Generated]:
+        return list(await asyncio.gather(*(self._one(t) for t in trajectories)))
+
+
+@dataclass
+class ScaledToolbox(br.SimToolbox):
+    """`bench_rollout.SimToolbox` with its decode times scaled to this server."""
+
+    scale: float = 1.0
+
+    async def execute(self, calls: Any) -> Any:
+        assert self.plan is not None
+        turn = len(self.calls) + 1
+        await asyncio.sleep(self.plan.decode_s(self.episode, turn) * self.scale)
+        return await br.StaticToolbox.execute(self, calls)
+
+
+def tasks(plan: br.Plan, rank: int, step: int, scale: float) -> list[AgentTask]:
+    """`bench_rollout.tasks` of one rank, with the scaled toolbox."""
+    out = []
+    for g in range(br.GROUP):
+        key = f"s{step}p{rank}g{g}"
+        question = f"Q={key} what happens?"
+        msgs = build_main_prompt(question, [Frame("ov", 5.0)], duration_s=60.0)
+        box = ScaledToolbox(duration_s=60.0, plan=plan, episode=key, scale=scale)
+        out.append(AgentTask(key, msgs, box, question))
+    return out
+
+
+# ---------------------------------------------------------------------------------- training runs
+
+
+@dataclass
+class Setup:
+    root: str
+    checkpoint: Path
+    processor: Any
+    weights: list[tuple[str, Any]]  # the tiny model's tensors, pushed every step
+    weight_dir: Path
+    scale: float  # seconds here per 8B second (decodes, training)
+
+
+def clients(setup: Setup) -> list[Any]:
+    from paravt.core.engines import VLLMServerEngine
+
+    return [
+        VLLMServerEngine(setup.root, setup.processor, model="tiny", extra_body={"ignore_eos": True})
+        for _ in range(br.PROMPTS)
+    ]
+
+
+def push(setup: Setup, ranks: list[Any], version: str) -> None:
+    """Rank 0 (`ranks[0]`) writes the weights and reloads the server through its client; the
+    other clients given hold their requests and take the version after."""
+    for c in ranks[1:]:
+        c.hold_requests()
+    ranks[0].push_weights_from_disk(
+        iter(setup.weights), setup.weight_dir, version,
+        config_files=[setup.checkpoint / "config.json"],
+    )  # fmt: skip
+    for c in ranks[1:]:
+        c.release_requests(version)
+
+
+def fixed_prompt(client: Any) -> Trajectory:
+    """The one prompt every request sends (the plan decides only how long the reply is)."""
+    messages = [Message("user", "Describe the video.")]
+    encoded = client.encode_prompt(messages)
+    return Trajectory("main", token_ids=list(encoded.token_ids), messages=messages)
+
+
+def training_run(
+    setup: Setup, schedule: str, max_staleness: int, seed: int, train_s: float
+) -> dict[str, Any]:
+    """STEPS steps on PROMPTS rank threads against the vLLM server (see the module)."""
+    plan = br.Plan(seed, 0.8)
+    ranks = clients(setup)
+    push(setup, ranks, "step-0")  # the run starts from weights step-0, as the trainer's
+    prompt_traj = fixed_prompt(ranks[0])
+    engines = [OnVLLM(lambda t: "", plan=plan, client=c, prompt=prompt_traj) for c in ranks]
+    config = br.agent_config(schedule)
+    meet = threading.Barrier(br.PROMPTS)
+    staleness: list[int] = []
+    pushes: list[float] = []
+    errors: list[BaseException] = []
+
+    def train_and_push(rank: int, step: int) -> None:
+        meet.wait()
+        time.sleep(train_s * setup.scale)
+        if rank != 0:
+            ranks[rank].hold_requests()  # before rank 0 may reload (VLLMServers.load_weights)
+        meet.wait()
+        if rank == 0:
+            t0 = time.perf_counter()
+            push(setup, ranks[:1], f"step-{step}")
+            pushes.append(time.perf_counter() - t0)
+        meet.wait()
+        if rank != 0:
+            ranks[rank].release_requests(f"step-{step}")
+
+    def rank_loop(rank: int) -> None:
+        try:
+            if not max_staleness:
+                for step in range(1, STEPS + 1):
+                    ts = tasks(plan, rank, step, setup.scale)
+                    asyncio.run(run_episodes(ts, engines[rank], config))
+                    train_and_push(rank, step)
+                return
+            with RolloutProducer(
+                lambda step: tasks(plan, rank, step, setup.scale),
+                lambda ts: run_episodes(ts, engines[rank], config),
+                first=1,
+                last=STEPS,
+                max_staleness=max_staleness,
+                version=0,
+            ) as producer:
+                for step in range(1, STEPS + 1):
+                    got = producer.take(step)
+                    staleness.append(got.staleness)
+                    train_and_push(rank, step)
+                    producer.set_version(step)
+        except BaseException as exc:  # reported by the caller
+            errors.append(exc)
+            meet.abort()
+
+    threads = [threading.Thread(target=rank_loop, args=(r,)) for r in range(br.PROMPTS)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    episodes = br.PROMPTS * br.GROUP * STEPS
+    versions: dict[str, int] = {}
+    for c in ranks:
+        for v, n in c.reply_versions.items():
+            versions[str(v)] = versions.get(str(v), 0) + n
+    return {
+        "wall_s": wall,
+        "step_s": wall / STEPS,
+        "episodes_per_s": episodes / wall,
+        "requests": sum(e.requests for e in engines),
+        "server_tokens": sum(e.tokens for e in engines),
+        "staleness_mean": statistics.mean(staleness) if staleness else 0.0,
+        "staleness_max": max(staleness) if staleness else 0,
+        "push_s_mean": statistics.mean(pushes),
+        "drain_s_rank0": ranks[0].gate.waited_s,
+        "reply_versions": versions,
+    }
+
+
+def measure_t_token(setup: Setup) -> float:
+    """Seconds per generated token of each of PROMPTS x GROUP requests at once (128 tokens each;
+    the median of three): this server's counterpart of the 25 ms per token that `bench_rollout`
+    assumes for the 8B server with ~64 requests open."""
+    client = clients(setup)[0]
+    traj = fixed_prompt(client)
+    batch = [traj] * (br.PROMPTS * br.GROUP)
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        asyncio.run(client.generate(batch, SamplingParams(max_new_tokens=128, temperature=1.0)))
+        times.append((time.perf_counter() - t0) / 128)
+    return statistics.median(times)
+
+
+def ceiling(result: dict[str, Any]) -> dict[str, float]:
+    """What any schedule could gain over lockstep synchronous rollouts here: this server's
+    throughput with 56 requests open (56 / `t_token_s_at_56_open` tokens/s) over the tokens/s
+    the lockstep synchronous run achieved (rollouts only). On a CPU the server is throughput-bound
+    (each open request costs nearly as much as the step's fixed part), so running ahead can only
+    fill the idle capacity of the synchronous steps' tails; bench_rollout's 8B server batches
+    nearly for free (15 ms + 0.15 ms per open request), which is where 2x comes from."""
+    run = result["training"]["rollouts only (train 0 s)"]["modes"]["lockstep, synchronous"]
+    lockstep = statistics.mean(r["server_tokens"] / r["wall_s"] for r in run["runs"])
+    saturated = br.PROMPTS * br.GROUP / result["t_token_s_at_56_open"]
+    return {
+        "saturated_tokens_per_s": saturated,
+        "lockstep_tokens_per_s": lockstep,
+        "most_any_schedule_gains": saturated / lockstep,
+    }
+
+
+def main() -> None:
+    python = os.environ.get("PARAVT_VLLM_PYTHON", "")
+    if not Path(python).is_file():
+        print(
+            "async_vllm: skipped, PARAVT_VLLM_PYTHON names no vLLM server python (build the venv "
+            "with `nox -s real_server -- --co`, then see this file's docstring; ~25 min)"
+        )
+        return
+    from safetensors.torch import load_file
+    from transformers import AutoProcessor
+
+    load_start = os.getloadavg()
+    work = Path(tempfile.mkdtemp(prefix="paravt-bench-vllm-"))
+    checkpoint = work / "tiny"
+    subprocess.run(
+        [sys.executable, "-m", "paravt.core.cli", "build-tiny", "--out", str(checkpoint)],
+        check=True,
+    )
+    weights: list[tuple[str, Any]] = []  # in the checkpoint's own names, as the trainer pushes
+    for shard in sorted(checkpoint.glob("*.safetensors")):
+        weights += load_file(str(shard)).items()
+    processor = AutoProcessor.from_pretrained(str(checkpoint))
+    results: dict[str, Any] = {}
+    with vllm_server(python, checkpoint, work / "server.log") as root:
+        setup = Setup(root, checkpoint, processor, weights, work / "weights", 1.0)
+        t_token = measure_t_token(setup)
+        setup.scale = t_token / T_TOKEN_8B * LENGTH_SCALE
+        print(
+            f"vLLM CPU server: {t_token * 1e3:.1f} ms/token with {br.PROMPTS * br.GROUP} open; "
+            f"an 8B second is {setup.scale:.4f} s here"
+        )
+        for train_name, train_s in {
+            "rollouts only (train 0 s)": 0.0,
+            "train 60 s": TRAIN_8B_S,
+        }.items():
+            runs = {
+                name: [training_run(setup, sched, eta, seed, train_s) for seed in SEEDS]
+                for name, (sched, eta) in MODES.items()
+            }
+            base = runs["lockstep, synchronous"]
+            modes = {}
+            for name, rs in runs.items():
+                ratios = [r["episodes_per_s"] / b["episodes_per_s"] for r, b in zip(rs, base)]
+                modes[name] = {
+                    "runs": rs,
+                    "episodes_per_s_mean": statistics.mean(r["episodes_per_s"] for r in rs),
+                    "step_s_mean": statistics.mean(r["step_s"] for r in rs),
+                    "staleness_mean": statistics.mean(r["staleness_mean"] for r in rs),
+                    "ratio_over_lockstep": {"per_seed": ratios, "mean": statistics.mean(ratios)},
+                }
+                print(
+                    f"{train_name:<28}{name:<46}{modes[name]['step_s_mean']:>7.2f} s/step"
+                    f"{modes[name]['episodes_per_s_mean']:>8.2f} ep/s"
+                    f"{statistics.mean(ratios):>7.2f}x  st {modes[name]['staleness_mean']:.2f}"
+                    f"  load {os.getloadavg()[0]:.1f}",
+                    flush=True,
+                )
+            results[train_name] = {"train_s_8b": train_s, "train_s_here": train_s * setup.scale,
+                                   "modes": modes}  # fmt: skip
+    headline = results["rollouts only (train 0 s)"]["modes"]
+    result = {
+        "benchmark": "async_vllm",
+        "what": "episodes per second of asynchronous RL rollouts (max_staleness 1, 2) vs "
+        "synchronous steps on a real vLLM server (vllm-cpu 0.32.0, the tiny checkpoint), "
+        "bench_rollout's 8B plans with lengths x LENGTH_SCALE, 7 rank threads, real weight "
+        "pushes (write + reload, requests held back and drained around each)",
+        "length_scale": LENGTH_SCALE,
+        "steps": STEPS,
+        "seeds": list(SEEDS),
+        "t_token_s_at_56_open": t_token,
+        "seconds_here_per_8b_second": setup.scale,
+        "headline": "async episodes, max_staleness 2 (reference) vs lockstep, synchronous; "
+        "rollouts only",
+        "ratio_staleness_2_over_lockstep": headline["async episodes, max_staleness 2 (reference)"][
+            "ratio_over_lockstep"
+        ],
+        "ratio_staleness_2_over_async_synchronous": {
+            "mean": headline["async episodes, max_staleness 2 (reference)"]["episodes_per_s_mean"]
+            / headline["async episodes, synchronous"]["episodes_per_s_mean"]
+        },
+        "training": results,
+        "goal": ">= 2x synchronous episodes/s (as bench_rollout's stand-in)",
+        "load_average_start": load_start,
+        "load_average_end": os.getloadavg(),
+        "load_note": "2 CPUs shared with a long experiment running in the background: the server, "
+        "the 7 rank threads and that experiment compete for them",
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    result["ceiling_rollouts_only"] = ceiling(result)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(
+        f"ceiling: the server's saturated throughput is "
+        f"{result['ceiling_rollouts_only']['most_any_schedule_gains']:.2f}x lockstep's"
+    )
+    print(f"load average start {load_start}, end {os.getloadavg()} ({os.cpu_count()} CPUs)")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
