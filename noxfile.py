@@ -378,8 +378,9 @@ def real_server(session: nox.Session) -> None:
     """Our client against a real vLLM server (CPU build) on the tiny checkpoint.
 
     `ask` under both protocols, the README's lmms-eval recipe with `--model paravt` on small local
-    splits, the OpenAI engine's log-prob path against the trainer's own log-probs, and the vLLM
-    weight-reload path (integrations/with_vllm/). Pass pytest arguments after `--`.
+    splits, the OpenAI engine's log-prob path against the trainer's own log-probs, the vLLM
+    weight-reload path, and RL steps on it, synchronous and with bounded staleness
+    (integrations/with_vllm/). Pass pytest arguments after `--`.
     """
     server_python = _vllm_server_python(session)
     _install_workspace(session)
