@@ -110,7 +110,8 @@ def test_vllm_rollouts_go_through_the_disk_and_run_ahead_only_draining_around_a_
 
 def test_an_engine_name_nobody_registered_is_refused_listing_the_registered_ones() -> None:
     with pytest.raises(
-        RecipeError, match=r"rollout\.engine='nope' is no registered .*hf, sglang_server, .*vllm_server"
+        RecipeError,
+        match=r"rollout\.engine='nope' is no registered .*hf, sglang_server, .*vllm_server",
     ):
         load_recipe("tiny_paragrpo", ["rollout.engine=nope"])
 
