@@ -40,16 +40,13 @@ import asyncio
 import json
 import os
 import platform
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +66,7 @@ from paravt.core import (
 )
 from paravt.core.runtime import Generated
 from paravt.core.testing import ScriptedEngine
+from paravt.core.testing.vllm import serve_vllm
 from paravt.train.producer import RolloutProducer
 
 RESULTS = Path(__file__).parent / "results" / "async_vllm.json"
@@ -85,63 +83,6 @@ MODES = {  # name: (episode schedule, max_staleness)
     "async episodes, max_staleness 1": ("async", 1),
     "async episodes, max_staleness 2 (reference)": ("async", 2),
 }
-
-
-# ------------------------------------------------------------------------------- the vLLM server
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def vllm_server(python: str, checkpoint: Path, log: Path) -> Iterator[str]:
-    """The server as `integrations/with_vllm/conftest.py` starts it; its root URL."""
-    import httpx
-
-    port = _free_port()
-    env = dict(os.environ)
-    env.update(
-        VLLM_HOST_IP="127.0.0.1",
-        VLLM_CPU_KVCACHE_SPACE="1",
-        VLLM_CPU_OMP_THREADS_BIND="nobind",
-        VLLM_SERVER_DEV_MODE="1",
-        HF_HUB_OFFLINE="1",
-    )
-    cmd = [
-        python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(checkpoint),
-        "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", "float32", "--max-model-len", "16384",
-        "--logprobs-mode", "processed_logprobs",
-    ]  # fmt: skip
-    root = f"http://127.0.0.1:{port}"
-    with log.open("w") as sink:
-        proc = subprocess.Popen(
-            cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-    try:
-        deadline = time.monotonic() + 600
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the vLLM server exited; see {log}")
-            try:
-                if httpx.get(root + "/health", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the vLLM server did not start in 600 s; see {log}")
-            time.sleep(2)
-        yield root
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
 
 
 # ------------------------------------------------------------------- the plan, generated for real
@@ -391,7 +332,8 @@ def main() -> None:
         weights += load_file(str(shard)).items()
     processor = AutoProcessor.from_pretrained(str(checkpoint))
     results: dict[str, Any] = {}
-    with vllm_server(python, checkpoint, work / "server.log") as root:
+    with serve_vllm(python, checkpoint, work / "server.log") as server:
+        root = server.root
         setup = Setup(root, checkpoint, processor, weights, work / "weights", 1.0)
         t_token = measure_t_token(setup)
         setup.scale = t_token / T_TOKEN_8B * LENGTH_SCALE

@@ -7,6 +7,8 @@
 - `paravt.core.testing.stand_in`: the stand-in server (SGLang's native API over a transformers
   model, or scripted OpenAI-compatible chat replies), also `python -m paravt.core.testing.stand_in`;
   its model side is `paravt.core.testing.stand_in_model`.
+- `paravt.core.testing.vllm`: `serve_vllm`, a real vLLM server (its CPU build) on a local
+  checkpoint, as the real-server tests, the benchmarks and the experiments start it.
 
 The core runtime (its root, `runtime`, `engines`, `parser`, ...) imports nothing from here: an
 import-linter contract in the workspace's pyproject.toml says so. Other packages, their tests, the
