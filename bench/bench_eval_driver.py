@@ -939,7 +939,7 @@ def contextlib_server(args: Any, checkpoint: Path, work: Path) -> Iterator[str]:
     )  # fmt: skip
     with serve_vllm(
         args.vllm_python, checkpoint, work / "server.log", served_name=SERVED,
-        extra_args=SERVER_ARGS, dev_mode=False, start_s=900,
+        extra_args=SERVER_ARGS, dev_mode=False, chunked_prefill=True, start_s=900,
     ) as server:  # fmt: skip
         yield server.base_url
 

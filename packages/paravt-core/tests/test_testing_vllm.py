@@ -73,6 +73,12 @@ def test_serve_vllm_starts_waits_for_health_and_stops_the_server(tmp_path, monke
         assert argv[argv.index("--dtype") + 1] == "float32"
         assert argv[argv.index("--logprobs-mode") + 1] == "processed_logprobs"
         assert argv[-2:] == ["--x", "1"]
+        # seeded RL requests kill the CPU build's engine when a prefill is chunked
+        assert "--no-enable-chunked-prefill" in argv
+        assert (
+            argv[argv.index("--max-num-batched-tokens") + 1]
+            == argv[argv.index("--max-model-len") + 1]
+        )
         assert seen["env"]["VLLM_SERVER_DEV_MODE"] == "1"
         assert seen["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
         pid = seen["pid"]
@@ -81,12 +87,20 @@ def test_serve_vllm_starts_waits_for_health_and_stops_the_server(tmp_path, monke
     assert "fake vLLM starting" in (tmp_path / "logs" / "server.log").read_text()
 
 
-def test_serve_vllm_without_dev_mode_leaves_the_reload_routes_closed(tmp_path, monkeypatch):
+def test_serve_vllm_without_dev_mode_or_with_chunked_prefill_as_asked(tmp_path, monkeypatch):
     record = tmp_path / "record.json"
     monkeypatch.setenv("FAKE_VLLM_RECORD", str(record))
     monkeypatch.delenv("VLLM_SERVER_DEV_MODE", raising=False)
-    with serve_vllm(fake_python(tmp_path, HEALTHY), tmp_path, tmp_path / "s.log", dev_mode=False):
-        assert "VLLM_SERVER_DEV_MODE" not in json.loads(record.read_text())["env"]
+    with serve_vllm(
+        fake_python(tmp_path, HEALTHY),
+        tmp_path,
+        tmp_path / "s.log",
+        dev_mode=False,
+        chunked_prefill=True,
+    ):
+        seen = json.loads(record.read_text())
+        assert "VLLM_SERVER_DEV_MODE" not in seen["env"]
+        assert "--no-enable-chunked-prefill" not in seen["argv"]
 
 
 def test_a_server_that_exits_is_a_named_error_with_its_log(tmp_path):

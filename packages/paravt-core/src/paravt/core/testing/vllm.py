@@ -8,14 +8,20 @@ python as `PARAVT_VLLM_PYTHON`):
     VLLM_HOST_IP=127.0.0.1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind \\
     VLLM_SERVER_DEV_MODE=1 python -m vllm.entrypoints.openai.api_server \\
         --model DIR --served-model-name tiny --host 127.0.0.1 --port P --dtype float32 \\
-        --max-model-len 16384 --allowed-local-media-path / --logprobs-mode processed_logprobs
+        --max-model-len 16384 --allowed-local-media-path / --logprobs-mode processed_logprobs \\
+        --no-enable-chunked-prefill --max-num-batched-tokens 16384
 
 Why each flag: `vllm serve` crashed on these CPUs, the module entry point does not; the video_url
 channel sends `file://` URLs, which vLLM refuses without `--allowed-local-media-path`;
 `VLLM_SERVER_DEV_MODE=1` opens `/collective_rpc`, `/pause` and `/resume`, which the weight reload
 uses; float32 so that its log-probs can be compared with the trainer's; `processed_logprobs` so
 that sampled log-probs are those of the sampling temperature (vLLM's default returns them at
-temperature 1), as the RL rollout engine requires. `extra_args` appends more (a benchmark's
+temperature 1), as the RL rollout engine requires; no chunked prefill (and a batch budget of a
+whole context), because the CPU build's engine dies on a seeded request whose prefill is cut in
+chunks (vLLM 0.32: `gen.set_offset` on a CPU generator, "CPU Generator does not use offset",
+then `EngineDeadError` for every request; seen with 32 seeded RL rollouts of ~300-token prompts in
+flight; `chunked_prefill=True` keeps vLLM's default, for a benchmark of unseeded requests).
+`extra_args` appends more (a benchmark's
 `--no-enable-prefix-caching`, say).
 
     with serve_vllm(python, checkpoint, log) as server:
@@ -39,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SERVED_NAME = "tiny"
+MAX_MODEL_LEN = 16384
 DEFAULT_START_S = 420.0
 ENV = {
     "VLLM_HOST_IP": "127.0.0.1",
@@ -84,15 +91,18 @@ def vllm_command(
     *,
     served_name: str = SERVED_NAME,
     extra_args: Sequence[str] = (),
+    chunked_prefill: bool = False,
 ) -> list[str]:
     """The server's command line (see the module docstring for why each flag)."""
+    no_chunks = ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(MAX_MODEL_LEN)]
     return [
         str(python), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(checkpoint), "--served-model-name", served_name,
         "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", "float32", "--max-model-len", "16384",
+        "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN),
         "--allowed-local-media-path", "/",
         "--logprobs-mode", "processed_logprobs",
+        *([] if chunked_prefill else no_chunks),
         *extra_args,
     ]  # fmt: skip
 
@@ -106,12 +116,14 @@ def serve_vllm(
     served_name: str = SERVED_NAME,
     extra_args: Sequence[str] = (),
     dev_mode: bool = True,
+    chunked_prefill: bool = False,
     start_s: float | None = None,
     env: dict[str, str] | None = None,
 ) -> Iterator[VLLMServerProcess]:
     """Start vLLM on `checkpoint` with `python` (a venv with vllm-cpu), wait for `/health`, yield
     the running server, stop it on leaving. `start_s` defaults to `PARAVT_VLLM_START_S` or 420 s.
-    `dev_mode=False` leaves `/collective_rpc` and the pause routes closed (no weight reloads)."""
+    `dev_mode=False` leaves `/collective_rpc` and the pause routes closed (no weight reloads);
+    `chunked_prefill=True` keeps vLLM's chunked prefill (unseeded requests only, see above)."""
     import httpx
 
     log = Path(log)
@@ -122,7 +134,14 @@ def serve_vllm(
     full_env = {**os.environ, **(env or {}), **ENV}
     if dev_mode:
         full_env["VLLM_SERVER_DEV_MODE"] = "1"
-    cmd = vllm_command(python, checkpoint, port, served_name=served_name, extra_args=extra_args)
+    cmd = vllm_command(
+        python,
+        checkpoint,
+        port,
+        served_name=served_name,
+        extra_args=extra_args,
+        chunked_prefill=chunked_prefill,
+    )
     root = f"http://127.0.0.1:{port}"
     with log.open("w") as sink:
         proc = subprocess.Popen(
