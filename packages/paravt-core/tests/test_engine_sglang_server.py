@@ -100,6 +100,32 @@ def test_requests_carry_collapsed_image_pads_data_urls_and_sglang_sampling_names
     assert body["return_logprob"] is True
 
 
+def test_with_send_seed_each_rollout_of_a_group_gets_its_own_seed(server: Any) -> None:
+    """`send_seed`: one seed per request (`runtime.request_seed`), so a GRPO group's rollouts of
+    one prompt are not all the same draw; the same seeds on a rerun."""
+    from paravt.core.runtime import sample_key
+
+    engine = engine_for(server, send_seed=True)
+    sampling = SamplingParams(max_new_tokens=1, temperature=0.7, seed=7)
+
+    def seeds() -> list[int]:
+        out = []
+        for index in range(4):
+            traj = prompt(engine, with_images=False)
+            traj.sample_key = sample_key(index, "main")
+            out.append(engine.request_body(traj, sampling)["sampling_params"]["sampling_seed"])
+        return out
+
+    first = seeds()
+    assert len(set(first)) == 4 and seeds() == first
+    assert (
+        "sampling_seed"
+        not in engine_for(server).request_body(prompt(engine, with_images=False), sampling)[
+            "sampling_params"
+        ]
+    )
+
+
 def test_each_frame_is_encoded_once_across_turns(
     server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -60,6 +60,7 @@ __all__ = [
     "Toolbox",
     "Trajectory",
     "TurnRecord",
+    "request_seed",
     "run_episodes",
     "run_episodes_sync",
     "sample_key",
@@ -88,6 +89,23 @@ def sample_key(
     text = f"paravt/{index}/{role}/{turn}/{call_index}"
     digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") >> 1  # 63 bits
+
+
+def request_seed(seed: int, trajectory: Trajectory) -> int:
+    """The seed a server request of `trajectory` carries under the run's sampling `seed`.
+
+    A server draws a request's tokens from its seed and its prompt alone, so the rollouts of one
+    GRPO group (same prompt) sent with the same seed come back identical, and the group's
+    advantages are all zero. Each request therefore gets its own seed, a hash of the run's seed,
+    the trajectory's `sample_key` (the episode's place in its call, the role, the sub-agent's
+    turn and call; `id(trajectory)` is never used: it would not reproduce) and the trajectory's
+    length so far (a main agent's later turns differ from its first). Without a key the length
+    alone separates nothing, so a keyless trajectory keeps the run's seed."""
+    if trajectory.sample_key is None:
+        return seed
+    text = f"paravt-request/{seed}/{trajectory.sample_key}/{len(trajectory.token_ids)}"
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 33  # 31 bits: every server's seed type takes it
 
 
 def _plan_calls(

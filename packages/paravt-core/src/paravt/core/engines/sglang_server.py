@@ -74,7 +74,7 @@ from typing import Any
 from paravt.core.engines.hf import HFChatEncoder, ImageChunk
 from paravt.core.engines.openai import image_data_url
 from paravt.core.engines.weights import ServerWeights, iter_buckets
-from paravt.core.runtime import Generated, SamplingParams, Trajectory
+from paravt.core.runtime import Generated, SamplingParams, Trajectory, request_seed
 
 log = logging.getLogger("paravt.core.sglang")
 
@@ -248,8 +248,11 @@ class SGLangServerEngine(HFChatEncoder, ServerWeights):
             images.append(url)
         return images
 
-    def sampling_params(self, sampling: SamplingParams) -> dict[str, Any]:
-        """Our sampling knobs in SGLang's names (greedy = temperature 0)."""
+    def sampling_params(
+        self, sampling: SamplingParams, trajectory: Trajectory | None = None
+    ) -> dict[str, Any]:
+        """Our sampling knobs in SGLang's names (greedy = temperature 0); with `send_seed`, the
+        seed is the trajectory's own (`runtime.request_seed`: one per rollout of a group)."""
         params: dict[str, Any] = {
             "max_new_tokens": sampling.max_new_tokens,
             "temperature": sampling.temperature,
@@ -259,7 +262,9 @@ class SGLangServerEngine(HFChatEncoder, ServerWeights):
         if sampling.top_k:
             params["top_k"] = sampling.top_k
         if self.send_seed and sampling.seed is not None:
-            params["sampling_seed"] = sampling.seed
+            params["sampling_seed"] = (
+                sampling.seed if trajectory is None else request_seed(sampling.seed, trajectory)
+            )
         return params
 
     def request_body(
@@ -268,7 +273,7 @@ class SGLangServerEngine(HFChatEncoder, ServerWeights):
         """The JSON body of `POST /generate` for one trajectory."""
         body: dict[str, Any] = {
             "input_ids": self.request_ids(trajectory),
-            "sampling_params": self.sampling_params(sampling),
+            "sampling_params": self.sampling_params(sampling, trajectory),
             "return_logprob": True,
             # Log-probs of the output only: start at the last prompt token.
             "logprob_start_len": max(len(trajectory.token_ids) - 1, 0),

@@ -49,7 +49,13 @@ from paravt.core.engines.hf import HFChatEncoder
 from paravt.core.engines.openai import OpenAIEngine, served_model_name
 from paravt.core.engines.sglang_server import _as_urls
 from paravt.core.engines.weights import ReloadGate, ServerWeights, VersionedGenerated
-from paravt.core.runtime import FinishReason, Generated, SamplingParams, Trajectory
+from paravt.core.runtime import (
+    FinishReason,
+    Generated,
+    SamplingParams,
+    Trajectory,
+    request_seed,
+)
 
 log = logging.getLogger("paravt.core.vllm")
 
@@ -313,6 +319,17 @@ class VLLMServerEngine(HFChatEncoder, ServerWeights):
         this process at once."""
         return list(await asyncio.gather(*(self._one(t, sampling) for t in trajectories)))
 
+    def request_body(
+        self, trajectory: Trajectory, sampling: SamplingParams, url: str | None = None
+    ) -> dict[str, Any]:
+        """The chat-completions body of one request; its `seed`, when the run has one, is the
+        trajectory's own (`runtime.request_seed`): vLLM draws a request's tokens from its seed and
+        prompt alone, so a GRPO group's rollouts sent with one seed would all come back alike."""
+        body = self._chat[url or self.urls[0]].request_body(trajectory, sampling)
+        if sampling.seed is not None:
+            body["seed"] = request_seed(sampling.seed, trajectory)
+        return body
+
     async def _one(self, trajectory: Trajectory, sampling: SamplingParams) -> Generated:
         loop = asyncio.get_running_loop()
         limit = self._limits.get(loop)
@@ -324,7 +341,7 @@ class VLLMServerEngine(HFChatEncoder, ServerWeights):
             chat = self._chat[url]
             self._in_flight[url] += 1
             try:
-                payload = await chat.post_body(chat.request_body(trajectory, sampling))
+                payload = await chat.post_body(self.request_body(trajectory, sampling, url))
             finally:
                 self._in_flight[url] -= 1
                 self.gate.leave()
