@@ -47,3 +47,14 @@ def test_a_mixed_or_unknown_streak_names_both_causes(caplog: pytest.LogCaptureFi
     # a streak broken by a step with signal starts its case over
     lines = warnings_of(caplog, [(1.0, 0.0), (0.5, 0.5), (1.0, 1.0), (1.0, 1.0)])
     assert len(lines) == 1 and lines[0].startswith("steps 3-4") and "answered right" in lines[0]
+
+
+def test_uniform_groups_of_mixed_accuracy_name_rollouts_that_are_one_draw(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # some prompts right, others wrong, every group uniform: what a server given one seed for a
+    # whole group produced (every rollout of a group the same draw)
+    (line,) = warnings_of(caplog, [(1.0, 0.75), (1.0, 0.25)])
+    assert "one draw repeated" in line and "same seed for every request of a group" in line
+    (line,) = warnings_of(caplog, [(1.0, 1.0), (1.0, 0.25)])  # not mixed all along
+    assert "one draw repeated" not in line

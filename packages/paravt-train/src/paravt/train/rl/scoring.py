@@ -94,7 +94,9 @@ class NoSignalWatch:
     def __init__(self, after: int) -> None:
         self.after = after
         self.streak = 0
-        self.all_right = self.all_wrong = False  # over the streak, as far as the accuracy says
+        self.all_right = self.all_wrong = self.all_mixed = (
+            False  # over the streak, as far as the accuracy says
+        )
 
     def update(self, step: int, zero_groups_frac: float, accuracy: float | None = None) -> None:
         self.streak = self.streak + 1 if zero_groups_frac >= 1.0 - 1e-9 else 0
@@ -103,6 +105,8 @@ class NoSignalWatch:
         first = self.streak == 1
         self.all_right = right and (first or self.all_right)
         self.all_wrong = wrong and (first or self.all_wrong)
+        mixed = accuracy is not None and not right and not wrong
+        self.all_mixed = mixed and (first or self.all_mixed)
         if self.after and self.streak and self.streak % self.after == 0 and is_rank0():
             log.warning(
                 "steps %d-%d: no learning signal: in every group all rollouts got the same "
@@ -126,6 +130,14 @@ class NoSignalWatch:
         )
         if self.all_wrong:
             return f"Every rollout was equally wrong (accuracy 0). Likely causes: {untrained}"
+        if self.all_mixed:
+            return (
+                "Some prompts were answered right and others wrong, yet within every group all "
+                "rollouts scored alike: a group's rollouts are probably one draw repeated "
+                "(rollout.temperature 0, or a rollout server given the same seed for every "
+                "request of a group). Other causes: a policy that has converged on these prompts "
+                f"(every answer right), or {untrained}"
+            )
         return (
             "Likely causes: a policy that has converged on these prompts (every answer right), "
             f"or {untrained}"
