@@ -255,8 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
         "write OUT/tables.md (Table 2 blocks A/B/C, mean ± sd over seeds, and a results section "
         "per paper claim), OUT/tables.json and OUT/curves.png. Finished runs and cells are "
         "reused, so an interrupted run continues (per seed and arm). The default (5 seeds, the "
-        "'prior' task) is estimated at about 3 hours of CPU on 2 quiet cores (not yet run to the "
-        "end); --jobs 2 runs two seeds at once; --blocks A,C drops the block-B arms. The verdict "
+        "'prior' task) took 230 min of training and measuring on a shared 2-core machine "
+        "(about 2 hours with --jobs 2, which runs two seeds at once); --blocks A,C drops the "
+        "block-B arms. The verdict "
         "rules were fixed before the run they judge (paravt.eval.reproduce.rules).",
     )
     rep.add_argument(
