@@ -48,6 +48,8 @@ def _copy_workspace(dest: Path) -> Path:
         if src.is_file():  # a tracked file deleted in the working tree is not copied
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
+    for changelog in sorted(dest.glob("packages/*/CHANGELOG.md")):
+        _give_unreleased_an_entry(changelog)
     _git(dest, "init", "--quiet", "--initial-branch", "main")
     _git(dest, "config", "user.name", "Release Test")
     _git(dest, "config", "user.email", "release-test@example.invalid")
@@ -56,6 +58,21 @@ def _copy_workspace(dest: Path) -> Path:
     _git(dest, "add", "--all")
     _git(dest, "commit", "--quiet", "-m", "Workspace copy")
     return dest
+
+
+def _give_unreleased_an_entry(changelog: Path) -> None:
+    """Right after a real release every `## [Unreleased]` section is empty, and the tool rightly
+    refuses to release from one; the copy gets an entry, so the release tests do not depend on
+    where the real changelogs stand."""
+    text = changelog.read_text(encoding="utf-8")
+    head, sep, rest = text.partition("## [Unreleased]\n")
+    if not sep:
+        return
+    body = rest.split("\n## ", 1)[0]
+    if body.strip():
+        return
+    entry = "\n### Changed\n- An entry the release tests' workspace copy adds.\n"
+    changelog.write_text(head + sep + entry + rest, encoding="utf-8")
 
 
 def _subprocess_env() -> dict[str, str]:

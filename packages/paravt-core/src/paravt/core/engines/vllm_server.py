@@ -34,6 +34,9 @@ reloads. No request is at a server across a reload: a reply comes from one versi
 was sent under (`VersionedGenerated`). `keep` (frozen requests resume on the new weights: a reply
 would straddle two versions) and `abort` (cut short, returned as finished) are refused. A trainer
 with several ranks holds every rank's gate before rank 0 reloads (`hold_requests`).
+
+One file because it is one client of one server API, and its generation and its weight reloads
+share one `ReloadGate`: a reload has to see every request this client has in flight.
 """
 
 from __future__ import annotations
@@ -49,13 +52,7 @@ from paravt.core.engines.hf import HFChatEncoder
 from paravt.core.engines.openai import OpenAIEngine, served_model_name
 from paravt.core.engines.sglang_server import _as_urls
 from paravt.core.engines.weights import ReloadGate, ServerWeights, VersionedGenerated
-from paravt.core.runtime import (
-    FinishReason,
-    Generated,
-    SamplingParams,
-    Trajectory,
-    request_seed,
-)
+from paravt.core.runtime import FinishReason, Generated, SamplingParams, Trajectory, request_seed
 
 log = logging.getLogger("paravt.core.vllm")
 
