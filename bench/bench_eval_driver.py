@@ -198,6 +198,20 @@ json.dump(timed, open(os.environ["BENCH_TIMING"], "w"))
 """
 
 
+def bench_env(ws: dict[str, Any], args: list[str], timing: Path, **extra: str) -> dict[str, str]:
+    """A timed side's environment: offline, the workspace's HF_HOME, its arguments and where it
+    writes its timing, plus `extra`."""
+    return dict(
+        os.environ,
+        HF_HOME=str(ws["home"]),
+        BENCH_ARGS=json.dumps(args),
+        BENCH_TIMING=str(timing),
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        **extra,
+    )
+
+
 def run_driver(
     repo: Path,
     ws: dict[str, Any],
@@ -221,14 +235,11 @@ def run_driver(
             "--video_channel", channel,
         ]  # fmt: skip
         timing = out / f"{dataset}.timing.json"
-        env = dict(
-            os.environ,
-            HF_HOME=str(ws["home"]),
+        env = bench_env(
+            ws,
+            args,
+            timing,
             BENCH_ROWS=str(ws["rows"]),
-            BENCH_ARGS=json.dumps(args),
-            BENCH_TIMING=str(timing),
-            HF_HUB_OFFLINE="1",
-            HF_DATASETS_OFFLINE="1",
             PARAVT_VLLM_HOST="127.0.0.1",
             PYTHONPATH="",
         )
@@ -320,16 +331,7 @@ def run_ours(
         "--tasks", ",".join(tasks), "--include_path", str(ws["tasks"]),
         "--output_path", str(out / "lmms"), "--log_samples",
     ]  # fmt: skip
-    env = dict(
-        os.environ,
-        HF_HOME=str(ws["home"]),
-        BENCH_ARGS=json.dumps(args),
-        BENCH_TIMING=str(timing),
-        HF_HUB_OFFLINE="1",
-        HF_DATASETS_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        **(barrier or {}),
-    )
+    env = bench_env(ws, args, timing, TRANSFORMERS_OFFLINE="1", **(barrier or {}))
     t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-c", OURS_LAUNCHER], env=env, capture_output=True, text=True,
