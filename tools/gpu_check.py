@@ -1348,6 +1348,17 @@ def evaluate(model: Path, recipe: Any, examples: Sequence[Any], frames: Any) -> 
     return Evaluation(episode_metrics(ro), per_prompt)
 
 
+def calls(result: Evaluation) -> str:
+    """Call attempts per episode, how many of them were invalid, and the shared format measure:
+    a reward that rises while the calls turn invalid is the PARA-GRPO tool reward's known hole
+    (it pays 0.1, +0.5 with a right answer, for any call with a tool name, valid or not)."""
+    m = result.metrics
+    return (
+        f"calls {m.get('tool/call_attempts', 0.0):.2f} (invalid "
+        f"{m.get('tool/invalid_calls', 0.0):.2f}), format ok {m.get('format_ok', float('nan')):.2f}"
+    )
+
+
 def row_learning(ctx: Ctx) -> Row:
     a = ctx.args
     root = ctx.work / "learning"
@@ -1420,7 +1431,7 @@ def row_learning(ctx: Ctx) -> Row:
         f"prompts x {held_recipe.rollout.group_size}: accuracy {b_acc:.3f} -> {a_acc:.3f} "
         f"({acc:+.3f} ± {acc_se:.3f} paired), reward {b_rew:.3f} -> {a_rew:.3f} "
         f"({rew:+.3f} ± {rew_se:.3f}), tool use {before.metrics['tool_use_rate']:.2f} -> "
-        f"{after.metrics['tool_use_rate']:.2f}; {verdict}"
+        f"{after.metrics['tool_use_rate']:.2f}, {calls(before)} -> {calls(after)}; {verdict}"
     )
     return Row(name, status, detail, data=data)
 
@@ -1636,17 +1647,18 @@ def main(argv: list[str] | None = None) -> int:
     data_sets, store = make_task_data(data), FrameStore(data)
     ctx = Ctx(args, device, out, work, data, data_sets, store, data / "model", time.monotonic())
     report = Report()
+    head = f"# tools/gpu_check.py on {args.device} ({time.strftime('%Y-%m-%d %H:%M')})\n\n"
     for name in ROWS:
         run_row(ctx, name, report)
+        # written after every row, so that a lease that ends mid-check keeps the rows it ran
+        (out / "report.json").write_text(
+            json.dumps([r.__dict__ for r in report.rows], indent=1, default=str)
+        )
+        (out / "report.md").write_text(head + report.markdown() + "\n")
         if name == "env" and report.rows[-1].status == "FAIL":
             break  # no usable device: every other row would fail the same way
     print()
     print(report.table())
-    (out / "report.json").write_text(
-        json.dumps([r.__dict__ for r in report.rows], indent=1, default=str)
-    )
-    head = f"# tools/gpu_check.py on {args.device} ({time.strftime('%Y-%m-%d %H:%M')})\n\n"
-    (out / "report.md").write_text(head + report.markdown() + "\n")
     return 1 if any(r.status == "FAIL" for r in report.rows) else 0
 
 
