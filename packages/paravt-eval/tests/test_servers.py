@@ -98,3 +98,49 @@ def test_a_server_that_is_down_errors_its_samples_and_the_others_still_count():
     assert errored and all(down in str(t.error) for t in errored)
     assert all(t.answer == "B" for t in traces if not t.error)
     assert len(errored) < 6
+
+
+class CountingSource(PixelSource):
+    """Counts the overviews decoded so far (they run in worker threads)."""
+
+    def __init__(self):
+        import threading
+
+        self.lock = threading.Lock()
+        self.decoded = 0
+
+    def overview(self, video, num_frames):
+        with self.lock:
+            self.decoded += 1
+        return super().overview(video, num_frames)
+
+
+@pytest.mark.parametrize(("ahead", "held"), [(None, 4), (0, 2), (1, 3)])
+def test_the_next_samples_are_decoded_while_the_slots_are_busy_and_no_more(ahead, held):
+    """A freed slot must not wait for a decode: while the server works, up to `prepare_ahead`
+    more samples are prepared (default: as many as in flight); never more, since each holds its
+    frames in memory."""
+    latency = lambda body: 0.2  # noqa: E731 - decodes are instant, replies are not
+    source = CountingSource()
+    most = 0
+    with FakeChatServer(answer, latency, model="m") as server:
+        config = EvalConfig(
+            base_url=server.base_url,
+            model="m",
+            protocol="paper",
+            main_nframes=2,
+            samples_per_server=2,
+            prepare_ahead=ahead,
+        )
+        finished = 0
+
+        def done(i, trace):
+            nonlocal finished, most
+            most = max(most, source.decoded - finished)  # decoded, not yet finished
+            finished += 1
+
+        traces = EvalAgent(config, source=source).run(samples(10), on_done=done)
+    assert [t.doc_id for t in traces] == list(range(10))
+    assert all(t.error is None and t.answer == "B" for t in traces)
+    assert server.max_in_flight == 2  # the slots are still the limit at the server
+    assert most == held

@@ -206,20 +206,30 @@ class EvalAgent:
         samples: Sequence[VideoQuestion],
         on_done: Callable[[int, SampleTrace], None] | None,
     ) -> list[SampleTrace]:
-        """At most `in_flight` samples in flight; a new one starts as soon as one finishes, on
-        the server with the fewest samples in flight (all its turns and sub-agents go there)."""
+        """At most `in_flight` samples at the servers; a new one starts as soon as one finishes,
+        on the server with the fewest samples in flight (all its turns and sub-agents go there).
+
+        Up to `prepare_ahead` more samples have their overview decoded while every slot is busy,
+        so a freed slot sends a prepared sample at once instead of waiting for its decode (which
+        on a loaded client can take longer than the server's turn)."""
         slots = asyncio.Semaphore(self.config.in_flight)
+        held = asyncio.Semaphore(self.config.in_flight + self.config.ahead)  # prepared or running
         out: list[SampleTrace | None] = [None] * len(samples)
         busy = [0] * len(self.engines)
 
         async def one(i: int, sample: VideoQuestion) -> None:
-            async with slots:
-                server = min(range(len(busy)), key=busy.__getitem__)
-                busy[server] += 1
-                try:
-                    trace = await self._one(sample, self.engines[server])
-                finally:
-                    busy[server] -= 1
+            async with held:
+                prepared = await self._prepare(sample)
+                if isinstance(prepared, SampleTrace):
+                    trace = prepared
+                else:
+                    async with slots:
+                        server = min(range(len(busy)), key=busy.__getitem__)
+                        busy[server] += 1
+                        try:
+                            trace = await self._episode(sample, prepared, self.engines[server])
+                        finally:
+                            busy[server] -= 1
             out[i] = trace
             if on_done is not None:
                 on_done(i, trace)
@@ -227,14 +237,19 @@ class EvalAgent:
         await asyncio.gather(*(one(i, s) for i, s in enumerate(samples)))
         return [t for t in out if t is not None]
 
-    async def _one(self, sample: VideoQuestion, engine: Engine) -> SampleTrace:
-        """One sample on `engine`: its trace, or an errored trace saying what failed."""
+    async def _prepare(self, sample: VideoQuestion) -> Prepared | SampleTrace:
+        """The sample prepared off the event loop, or an errored trace saying what failed."""
         try:
-            prepared = await asyncio.to_thread(self.prepare, sample)
+            return await asyncio.to_thread(self.prepare, sample)
         except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
                 raise
             return _failed(sample, f"could not prepare the sample: {_describe(exc)}")
+
+    async def _episode(
+        self, sample: VideoQuestion, prepared: Prepared, engine: Engine
+    ) -> SampleTrace:
+        """One prepared sample's episode on `engine`: its trace, or an errored trace."""
         try:
             (episode,) = await run_episodes(
                 [prepared.task], engine, prepared.agent_config, prepared.protocol

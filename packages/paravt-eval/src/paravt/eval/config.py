@@ -129,6 +129,15 @@ class EvalConfig(BaseModel):
         description="Servers: samples in flight over all servers at once (default: "
         "samples_per_server x the number of servers).",
     )
+    prepare_ahead: int | None = Field(
+        None,
+        ge=0,
+        le=4096,
+        description="Servers: samples whose overview is decoded while every slot is busy, so that "
+        "a freed slot sends a prepared sample at once (default: as many as are in flight, at "
+        "most 16; 0 decodes inside the slot, as the released driver's workers do). Each holds "
+        "its decoded overview in memory.",
+    )
     timeout_s: float = Field(
         DRIVER_TIMEOUT_S,
         gt=0,
@@ -194,6 +203,13 @@ class EvalConfig(BaseModel):
         if self.concurrency is not None:
             return self.concurrency
         return self.samples_per_server * max(1, len(self.base_urls))
+
+    @property
+    def ahead(self) -> int:
+        """Samples prepared ahead of a free slot (`prepare_ahead`, default min(in_flight, 16))."""
+        if self.prepare_ahead is not None:
+            return self.prepare_ahead
+        return min(self.in_flight, 16)
 
     @property
     def model_name(self) -> str:
