@@ -28,10 +28,15 @@ session,
     PARAVT_VLLM_PYTHON=.nox/real_server/vllm-server/bin/python \\
         .nox/real_server/bin/python bench/bench_async_vllm.py
 
-(without PARAVT_VLLM_PYTHON it says so and writes nothing, so `nox -s bench` passes it by; a run
-takes about 25 minutes on 2 CPUs). Writes
-bench/results/async_vllm.json with the load average before and after: the machine is shared, so
-the absolute numbers move with its load; the ratios are measured back to back, mode after mode.
+(without PARAVT_VLLM_PYTHON it says so and writes nothing, so `nox -s bench` passes it by). First
+WARMUP_STEPS untimed steps (vLLM compiles kernels for the batch shapes it meets first), then
+PARAVT_BENCH_ROUNDS rounds (2) of every mode, in MODES' order on even rounds and reversed on odd
+ones; each run's ratio is against lockstep of its own round. PARAVT_BENCH_TRAINING=0 leaves out the
+rows with training time (half the run: about 15 minutes on 2 CPUs instead of 30). Writes
+bench/results/async_vllm.json with every run's load average before and after: the absolute numbers
+move with the machine's load; the ratios are measured back to back. PARAVT_BENCH_CHUNKED_PREFILL=1
+keeps vLLM's chunked prefill on (its own default; this bench sends no seeds) and writes
+bench/results/async_vllm_chunked_prefill.json instead.
 """
 
 from __future__ import annotations
@@ -75,6 +80,17 @@ RESULTS = Path(__file__).parent / "results" / "async_vllm.json"
 LENGTH_SCALE = 1 / 2
 STEPS = int(os.environ.get("PARAVT_BENCH_STEPS", "6"))
 SEEDS = tuple(int(s) for s in os.environ.get("PARAVT_BENCH_SEEDS", "0").split(","))
+# each round runs every mode once, in MODES' order on even rounds and reversed on odd ones, so a
+# drift of the machine's load (or of the server's warm-up) does not favour one mode
+ROUNDS = int(os.environ.get("PARAVT_BENCH_ROUNDS", "2"))
+# the rows with the training time slept between steps (0: rollouts only, half the run time)
+WITH_TRAINING = os.environ.get("PARAVT_BENCH_TRAINING", "1") != "0"
+WARMUP_STEPS = 2  # untimed, before the first timed run: vLLM compiles kernels for new shapes
+# vLLM's chunked prefill (its default; `serve_vllm` turns it off, since the CPU build dies on
+# seeded requests whose prefill is chunked: this bench sends no seed, so it may keep it)
+CHUNKED_PREFILL = os.environ.get("PARAVT_BENCH_CHUNKED_PREFILL", "0") == "1"
+if CHUNKED_PREFILL:
+    RESULTS = RESULTS.with_name("async_vllm_chunked_prefill.json")
 T_TOKEN_8B = 0.025  # bench_rollout's per-token time of the 8B server at load (s)
 TRAIN_8B_S = 60.0  # bench_rollout's guess of one 8B update on 7 GPUs (s)
 MODES = {  # name: (episode schedule, max_staleness)
@@ -196,9 +212,15 @@ def fixed_prompt(client: Any) -> Trajectory:
 
 
 def training_run(
-    setup: Setup, schedule: str, max_staleness: int, seed: int, train_s: float
+    setup: Setup,
+    schedule: str,
+    max_staleness: int,
+    seed: int,
+    train_s: float,
+    steps: int = STEPS,
 ) -> dict[str, Any]:
-    """STEPS steps on PROMPTS rank threads against the vLLM server (see the module)."""
+    """`steps` steps on PROMPTS rank threads against the vLLM server (see the module)."""
+    load_before = os.getloadavg()
     plan = br.Plan(seed, 0.8)
     ranks = clients(setup)
     push(setup, ranks, "step-0")  # the run starts from weights step-0, as the trainer's
@@ -227,7 +249,7 @@ def training_run(
     def rank_loop(rank: int) -> None:
         try:
             if not max_staleness:
-                for step in range(1, STEPS + 1):
+                for step in range(1, steps + 1):
                     ts = tasks(plan, rank, step, setup.scale)
                     asyncio.run(run_episodes(ts, engines[rank], config))
                     train_and_push(rank, step)
@@ -236,11 +258,11 @@ def training_run(
                 lambda step: tasks(plan, rank, step, setup.scale),
                 lambda ts: run_episodes(ts, engines[rank], config),
                 first=1,
-                last=STEPS,
+                last=steps,
                 max_staleness=max_staleness,
                 version=0,
             ) as producer:
-                for step in range(1, STEPS + 1):
+                for step in range(1, steps + 1):
                     got = producer.take(step)
                     staleness.append(got.staleness)
                     train_and_push(rank, step)
@@ -258,14 +280,14 @@ def training_run(
     wall = time.perf_counter() - t0
     if errors:
         raise errors[0]
-    episodes = br.PROMPTS * br.GROUP * STEPS
+    episodes = br.PROMPTS * br.GROUP * steps
     versions: dict[str, int] = {}
     for c in ranks:
         for v, n in c.reply_versions.items():
             versions[str(v)] = versions.get(str(v), 0) + n
     return {
         "wall_s": wall,
-        "step_s": wall / STEPS,
+        "step_s": wall / steps,
         "episodes_per_s": episodes / wall,
         "requests": sum(e.requests for e in engines),
         "server_tokens": sum(e.tokens for e in engines),
@@ -274,6 +296,7 @@ def training_run(
         "push_s_mean": statistics.mean(pushes),
         "drain_s_rank0": ranks[0].gate.waited_s,
         "reply_versions": versions,
+        "load_average": [load_before, os.getloadavg()],
     }
 
 
@@ -332,7 +355,9 @@ def main() -> None:
         weights += load_file(str(shard)).items()
     processor = AutoProcessor.from_pretrained(str(checkpoint))
     results: dict[str, Any] = {}
-    with serve_vllm(python, checkpoint, work / "server.log") as server:
+    with serve_vllm(
+        python, checkpoint, work / "server.log", chunked_prefill=CHUNKED_PREFILL
+    ) as server:
         root = server.root
         setup = Setup(root, checkpoint, processor, weights, work / "weights", 1.0)
         t_token = measure_t_token(setup)
@@ -341,29 +366,42 @@ def main() -> None:
             f"vLLM CPU server: {t_token * 1e3:.1f} ms/token with {br.PROMPTS * br.GROUP} open; "
             f"an 8B second is {setup.scale:.4f} s here"
         )
-        for train_name, train_s in {
-            "rollouts only (train 0 s)": 0.0,
-            "train 60 s": TRAIN_8B_S,
-        }.items():
-            runs = {
-                name: [training_run(setup, sched, eta, seed, train_s) for seed in SEEDS]
-                for name, (sched, eta) in MODES.items()
-            }
+        # untimed: the first requests of new batch shapes make vLLM compile kernels
+        training_run(setup, "async", 2, SEEDS[0], 0.0, steps=WARMUP_STEPS)
+        rows = {"rollouts only (train 0 s)": 0.0}
+        if WITH_TRAINING:
+            rows["train 60 s"] = TRAIN_8B_S
+        for train_name, train_s in rows.items():
+            runs: dict[str, list[dict[str, Any]]] = {name: [] for name in MODES}
+            for r in range(ROUNDS):
+                order = list(MODES) if r % 2 == 0 else list(reversed(MODES))
+                for name in order:
+                    sched, eta = MODES[name]
+                    for seed in SEEDS:
+                        run = training_run(setup, sched, eta, seed, train_s)
+                        runs[name].append({**run, "round": r, "seed": seed})
             base = runs["lockstep, synchronous"]
             modes = {}
             for name, rs in runs.items():
+                # each run against lockstep of the same round and seed
                 ratios = [r["episodes_per_s"] / b["episodes_per_s"] for r, b in zip(rs, base)]
                 modes[name] = {
                     "runs": rs,
                     "episodes_per_s_mean": statistics.mean(r["episodes_per_s"] for r in rs),
                     "step_s_mean": statistics.mean(r["step_s"] for r in rs),
                     "staleness_mean": statistics.mean(r["staleness_mean"] for r in rs),
-                    "ratio_over_lockstep": {"per_seed": ratios, "mean": statistics.mean(ratios)},
+                    "ratio_over_lockstep": {
+                        "per_round_and_seed": ratios,
+                        "mean": statistics.mean(ratios),
+                        "min": min(ratios),
+                        "max": max(ratios),
+                    },
                 }
                 print(
                     f"{train_name:<28}{name:<46}{modes[name]['step_s_mean']:>7.2f} s/step"
                     f"{modes[name]['episodes_per_s_mean']:>8.2f} ep/s"
-                    f"{statistics.mean(ratios):>7.2f}x  st {modes[name]['staleness_mean']:.2f}"
+                    f"{statistics.mean(ratios):>7.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+                    f"  st {modes[name]['staleness_mean']:.2f}"
                     f"  load {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
@@ -394,8 +432,11 @@ def main() -> None:
         "goal": ">= 2x synchronous episodes/s (as bench_rollout's stand-in)",
         "load_average_start": load_start,
         "load_average_end": os.getloadavg(),
-        "load_note": "2 CPUs shared with a long experiment running in the background: the server, "
-        "the 7 rank threads and that experiment compete for them",
+        "rounds": ROUNDS,
+        "chunked_prefill": CHUNKED_PREFILL,
+        "warmup_steps": WARMUP_STEPS,
+        "load_note": "each run's load average before and after is in its row; the server and the "
+        "7 rank threads are themselves the load on a 2-CPU machine",
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "platform": platform.platform(),
