@@ -156,9 +156,20 @@ def test_an_overview_snapped_to_keyframes_keeps_each_frame_within_its_tolerance(
     for i, u in zip(sample.indices, uniform.indices):
         if i != u:  # a frame moves only onto a keyframe within the tolerance
             assert i in keyframes and abs(i - u) <= tolerance
-        elif snapped:  # ...and stays only if no other keyframe is that close
-            assert all(abs(kf - u) > tolerance for kf in keyframes if kf != u)
+        elif snapped:  # ...and stays only if it is a keyframe itself or none is that close
+            assert u in keyframes or all(abs(kf - u) > tolerance for kf in keyframes)
     assert sample.timestamps_s == tuple(g.begin_s + i / g.fps for i in sample.indices)
+
+
+def test_a_frame_already_on_a_keyframe_stays_there_though_another_is_within_the_tolerance():
+    # the case hypothesis found for the rule above: 130 s at 25 fps, 64 frames, snap 0.25
+    # (tolerance 12.7 frames); uniform frame 76 is a keyframe, 64 is 12 away; frame 126 moves to 114
+    g = grid(130.0, 25.0)
+    uniform = overview_sample(g, 64)
+    sample = overview_sample(g, 64, keyframes=[64, 76, 114], keyframe_snap=0.25)
+    moved = {u: i for i, u in zip(sample.indices, uniform.indices) if i != u}
+    assert 76 in uniform.indices and 76 in sample.indices
+    assert moved == {126: 114}
 
 
 def test_every_overview_frame_lands_on_a_keyframe_when_keyframes_are_dense_enough():
