@@ -167,7 +167,16 @@ def test_a_killed_server_stops_training_with_an_error_naming_it_not_a_hang(
             versions = [e.get("weight_version") for e in httpx.get(url + "/fake/events").json()]
             if "step-1" in versions:
                 break
-            assert run.poll() is None and time.monotonic() < deadline
+            if run.poll() is not None:  # say why, or a CI failure cannot be read
+                try:  # a rank left behind may hold the pipe open: never wait on it for long
+                    err = run.communicate(timeout=30)[1].decode()
+                except subprocess.TimeoutExpired:
+                    err = "(stderr still open after 30 s)"
+                pytest.fail(
+                    f"the trainers exited ({run.returncode}) before step 1's weights reached "
+                    f"the server, which was still up:\n{err[-4000:]}"
+                )
+            assert time.monotonic() < deadline, f"no step-1 weights at the server in {BOUND_S} s"
             time.sleep(0.5)
         server.send_signal(signal.SIGKILL)
         server.wait()
