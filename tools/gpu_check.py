@@ -1354,8 +1354,8 @@ def calls(result: Evaluation) -> str:
     (it pays 0.1, +0.5 with a right answer, for any call with a tool name, valid or not)."""
     m = result.metrics
     return (
-        f"calls {m.get('tool/call_attempts', 0.0):.2f} (invalid "
-        f"{m.get('tool/invalid_calls', 0.0):.2f}), format ok {m.get('format_ok', float('nan')):.2f}"
+        f"calls {m['tool/call_attempts']:.2f} (invalid {m['tool/invalid_calls']:.2f}), "
+        f"format ok {m['format_ok']:.2f}"
     )
 
 

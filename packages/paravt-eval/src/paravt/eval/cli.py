@@ -256,8 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
         "per paper claim), OUT/tables.json and OUT/curves.png. Finished runs and cells are "
         "reused, so an interrupted run continues (per seed and arm). The default (5 seeds, the "
         "'prior' task) took 230 min of training and measuring on a shared 2-core machine "
-        "(about 2 hours with --jobs 2, which runs two seeds at once); --blocks A,C drops the "
-        "block-B arms. The verdict "
+        "(summed over seeds; --jobs 2 runs two seeds at once, so about half that wall time, an "
+        "estimate); --blocks A,C drops the block-B arms. The verdict "
         "rules were fixed before the run they judge (paravt.eval.reproduce.rules).",
     )
     rep.add_argument(

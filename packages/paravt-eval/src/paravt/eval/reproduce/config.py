@@ -21,7 +21,8 @@ class ReproduceConfig(BaseModel):
     Defaults are the full run: 5 training seeds, blocks A, B and C, 40 RL steps per arm, 64
     held-out videos per column, on the `prior` task (the paper's mechanism: a tool prior, a dense
     budget that is often but not always enough, the gate over it; 230 min of training and
-    measuring on a shared 2-core machine, about half that with `jobs=2`). `quick()` is the variant
+    measuring on a shared 2-core machine, summed over seeds; `jobs=2` should halve the wall time,
+    an estimate). `quick()` is the variant
     the test suite runs.
     """
 
