@@ -20,6 +20,10 @@ the same rows (as `tests/test_paper_tasks.py` does), both tasks in one run (as t
 runs the paper's group), `samples_per_server=C`. Same server, same rows, same video files (under
 one `HF_HOME`, where both look for them).
 
+Each real-server run also records the vLLM server's own counters over it (`GET /metrics`: requests,
+prompt and generated tokens, queue / prefill / decode seconds; needs `prometheus-client` in the client
+venv): what the server did for each client, whoever sent the requests.
+
 The samples: `paravt-tools synth` videos (N_PER_SPLIT, 30 s, 256x144, 4 fps); the MCQ split is
 their multiple-choice questions as Video-MME rows, the grounding split their temporal questions as
 Charades-STA rows. The tiny checkpoint's answers are meaningless; what is measured is throughput
@@ -721,14 +725,67 @@ SERVER_ARGS = (
 # -------------------------------------------------------------------------------------- main
 
 
-def _timed(what: str, fn: Any) -> dict[str, Any]:
+# vLLM's own Prometheus counters (`GET /metrics`, prometheus text format): what the server did
+# during one run, whoever sent the requests. Histograms are read as their _sum and _count.
+SERVER_COUNTERS = {
+    "requests": "vllm:request_success_total",
+    "prompt_tokens": "vllm:prompt_tokens_total",
+    "generation_tokens": "vllm:generation_tokens_total",
+    "preemptions": "vllm:num_preemptions_total",
+    "queue_s": "vllm:request_queue_time_seconds_sum",
+    "prefill_s": "vllm:request_prefill_time_seconds_sum",
+    "decode_s": "vllm:request_decode_time_seconds_sum",
+    "time_to_first_token_s": "vllm:time_to_first_token_seconds_sum",
+    "e2e_s": "vllm:e2e_request_latency_seconds_sum",
+}
+
+
+def server_counters(base_url: str) -> dict[str, float]:
+    """The server's counters in SERVER_COUNTERS, summed over their labels ({} if unreadable)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = httpx.get(base_url.removesuffix("/v1") + "/metrics", timeout=30).text
+    except httpx.HTTPError:
+        return {}
+    wanted = {v: k for k, v in SERVER_COUNTERS.items()}
+    out = dict.fromkeys(SERVER_COUNTERS, 0.0)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in wanted:
+                out[wanted[sample.name]] += float(sample.value)
+    return out
+
+
+def _timed(what: str, fn: Any, base_url: str | None = None) -> dict[str, Any]:
     before = load()
+    counters = server_counters(base_url) if base_url else {}
     t0 = time.strftime("%H:%M:%S")
     out = fn()
     out["load_average"] = [before, load()]
+    extra = ""
+    if counters:
+        after = server_counters(base_url or "")
+        side = {k: round(after.get(k, 0.0) - v, 3) for k, v in counters.items()}
+        n = max(side["requests"], 1.0)
+        seconds = out.get("eval_seconds", out.get("seconds"))
+        side |= {
+            f"mean_{k}": round(side[k] / n, 3)
+            for k in ("queue_s", "prefill_s", "decode_s", "time_to_first_token_s", "e2e_s")
+        }
+        if seconds:
+            side["generation_tokens_per_s"] = round(side["generation_tokens"] / seconds, 1)
+        out["server_side"] = side
+        extra = (
+            f", server: {side['requests']:.0f} requests, {side['generation_tokens']:.0f} gen "
+            f"tokens ({side.get('generation_tokens_per_s', 0):.0f}/s), mean queue "
+            f"{side['mean_queue_s']:.2f} s, prefill {side['mean_prefill_s']:.2f} s, decode "
+            f"{side['mean_decode_s']:.2f} s"
+        )
     print(
         f"  {t0} {what}: {out['samples_per_s']:.3f} samples/s, load {before} -> "
-        f"{out['load_average'][1]}",
+        f"{out['load_average'][1]}{extra}",
         flush=True,
     )
     return out
@@ -757,7 +814,9 @@ def measure(
         order = ["driver", "ours", "server"]
         order = order[rep % 3 :] + order[: rep % 3]
         for name in order:
-            results[name] = _timed(f"in flight {in_flight} round {rep} {name}", steps[name])
+            results[name] = _timed(
+                f"in flight {in_flight} round {rep} {name}", steps[name], base_url
+            )
         kept["driver"] = {k: v for k, v in results["driver"].items() if k != "results"}
         kept["ours"] = {k: v for k, v in results["ours"].items() if k not in ("logged", "traces")}
         kept["server"] = results["server"]
