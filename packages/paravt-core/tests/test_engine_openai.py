@@ -254,3 +254,51 @@ def test_transient_server_errors_are_retried_and_the_last_one_is_raised(server):
     with pytest.raises(RuntimeError, match="HTTP 400"):
         asyncio.run(engine.generate([traj], SamplingParams()))
     assert len(server.bodies) == 3 + 3 + 1
+
+
+def test_an_image_part_is_encoded_once_across_turns_and_a_new_part_anew(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The overview's frames travel on every main-agent turn; each part is encoded on its first
+    request only, the later bodies carry the same URL, and another part (or a changed format) is
+    encoded for itself."""
+    import gc
+
+    import paravt.core.engines.openai as openai_engine
+
+    encoded: list[int] = []
+    real = openai_engine.image_data_url
+
+    def counting(image: Any, **kwargs: Any) -> str:
+        encoded.append(id(image))
+        return real(image, **kwargs)
+
+    monkeypatch.setattr(openai_engine, "image_data_url", counting)
+    engine = OpenAIEngine("http://unused/v1", "m")
+    a, b = frame(1), frame(2)
+    traj = trajectory([Message("user", [ImagePart(a), ImagePart(b), TextPart("Q?")])])
+    sampling = SamplingParams(max_new_tokens=8)
+    first = engine.request_body(traj, sampling)
+    assert len(encoded) == 2
+    traj.messages.append(Message("assistant", "<tool_call>...</tool_call>"))
+    traj.messages.append(Message("tool", [ImagePart(frame(3)), TextPart("crop")]))
+    second = engine.request_body(traj, sampling)
+    assert len(encoded) == 3  # only the crop's frame is new
+    assert second["messages"][0] == first["messages"][0]
+    assert np.array_equal(
+        decode_data_url(second["messages"][0]["content"][1]["image_url"]["url"]), b
+    )
+
+    # equal pixels in a new part are encoded again: identity, not content, is the key
+    again = trajectory([Message("user", [ImagePart(a)])])
+    engine.request_body(again, sampling)
+    assert len(encoded) == 4
+    # a changed format is not served from the PNG entries
+    engine.image_format = "jpeg"
+    jpeg = engine.request_body(again, sampling)
+    assert len(encoded) == 5
+    assert jpeg["messages"][0]["content"][0]["image_url"]["url"].startswith("data:image/jpeg")
+    # entries leave with their parts
+    del traj, again
+    gc.collect()
+    assert engine._urls == {}

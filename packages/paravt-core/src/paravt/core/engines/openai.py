@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -84,6 +85,11 @@ class OpenAIEngine:
     otherwise `top_p` and `n` too. `retries`: a request that cannot connect or gets HTTP 5xx is
     sent again up to this many times, `retry_backoff_s x attempt` apart (the released driver
     retries 3 times in all). `extra_body`: merged into every request.
+
+    Each image part is encoded once: a trajectory resends its earlier turns' images on every turn
+    (the overview's 64 frames on each of the main agent's turns), and the data URL of an
+    `ImagePart` object is kept while that object lives, as the released driver keeps its encoded
+    messages. Parts are frozen; an image array changed in place after it was sent is not re-read.
     """
 
     def __init__(
@@ -127,6 +133,9 @@ class OpenAIEngine:
         self.extra_body = dict(extra_body or {})
         self._transport = transport  # an httpx transport, for tests and custom retries
         self._ssl_context: Any = None  # built once: httpx builds one per client (~50 ms) otherwise
+        # (id(part), format, quality) -> (a weak reference to the part, its data URL); an entry
+        # leaves with its part
+        self._urls: dict[tuple[int, str, int], tuple[weakref.ref[ImagePart], str]] = {}
 
     # A text engine tokenizes nothing: the runtime keeps the messages in the trajectory.
     def encode_prompt(self, messages: Sequence[Message], *, assistant_prefix: str = "") -> Encoded:
@@ -149,13 +158,21 @@ class OpenAIEngine:
             if isinstance(part, ImagePart) and isinstance(part.image, VideoURL):
                 parts.append({"type": "video_url", "video_url": {"url": part.image.url}})
             elif isinstance(part, ImagePart):
-                url = image_data_url(
-                    part.image, fmt=self.image_format, jpeg_quality=self.jpeg_quality
-                )
-                parts.append({"type": "image_url", "image_url": {"url": url}})
+                parts.append({"type": "image_url", "image_url": {"url": self._image_url(part)}})
             elif part.text:
                 parts.append({"type": "text", "text": part.text})
         return parts
+
+    def _image_url(self, part: ImagePart) -> str:
+        """The part's data URL, encoded on its first request and kept while the part lives."""
+        key = (id(part), self.image_format, self.jpeg_quality)
+        hit = self._urls.get(key)
+        if hit is not None and hit[0]() is part:
+            return hit[1]
+        url = image_data_url(part.image, fmt=self.image_format, jpeg_quality=self.jpeg_quality)
+        urls = self._urls
+        self._urls[key] = (weakref.ref(part, lambda _, k=key: urls.pop(k, None)), url)
+        return url
 
     def chat_messages(self, trajectory: Trajectory) -> list[dict[str, Any]]:
         """The request's `messages` for a trajectory (tool messages grouped into user turns)."""
