@@ -323,6 +323,7 @@ def run_ours(
     out: Path,
     barrier: dict[str, str] | None = None,
     tasks: tuple[str, ...] = (MCQ_TASK, GROUNDING_TASK),
+    prepare_ahead: int | None = None,
 ) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     traces = out / "traces.jsonl"
@@ -331,7 +332,8 @@ def run_ours(
         "--model", "paravt",
         "--model_args",
         f"base_url={base_url},model={SERVED},protocol=paper,samples_per_server={in_flight},"
-        f"traces={traces}",
+        f"traces={traces}"
+        + ("" if prepare_ahead is None else f",prepare_ahead={prepare_ahead}"),
         "--tasks", ",".join(tasks), "--include_path", str(ws["tasks"]),
         "--output_path", str(out / "lmms"), "--log_samples",
     ]  # fmt: skip
@@ -366,6 +368,13 @@ def run_ours(
         "samples_per_s_wall": round(samples / wall, 4),
         "errored": sum(1 for t in trace_rows if t.get("error")),
         "tool_calls": sum(t.get("num_tool_calls", 0) for t in trace_rows),
+        # per sample: decoding its overview (before its slot, or inside it with prepare_ahead 0)
+        # and its episode at the server
+        "prepare_s_max": round(max((t.get("prepare_s", 0.0) for t in trace_rows), default=0), 3),
+        "prepare_s_sum": round(sum(t.get("prepare_s", 0.0) for t in trace_rows), 3),
+        "episode_s_mean": round(
+            sum(t.get("total_s", 0.0) for t in trace_rows) / max(len(trace_rows), 1), 3
+        ),
         "logged": logged,
         "traces": {(t["task"], int(t["doc_id"])): t for t in trace_rows},
     }
@@ -793,7 +802,7 @@ def _timed(what: str, fn: Any, base_url: str | None = None) -> dict[str, Any]:
 
 def measure(
     repo: Path, ws: dict[str, Any], base_url: str, bodies: list[dict[str, Any]], work: Path,
-    in_flight: int, reps: int,
+    in_flight: int, reps: int, ahead_control: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """`reps` rounds of the driver, ours and the replay, each round in a rotated order (the
     machine's load drifts); samples/s of each is the median over rounds, the ratio the median of
@@ -811,14 +820,22 @@ def measure(
             "ours": lambda w=where: run_ours(ws, base_url, in_flight, w / "ours"),
             "server": lambda: replay(base_url, bodies, in_flight),
         }
-        order = ["driver", "ours", "server"]
-        order = order[rep % 3 :] + order[: rep % 3]
+        if ahead_control:  # ours without decoding ahead of a free slot, in the same round
+            steps["ours_ahead0"] = lambda w=where: run_ours(
+                ws, base_url, in_flight, w / "ours_ahead0", prepare_ahead=0
+            )
+        order = list(steps)
+        order = order[rep % len(order) :] + order[: rep % len(order)]
         for name in order:
             results[name] = _timed(
                 f"in flight {in_flight} round {rep} {name}", steps[name], base_url
             )
         kept["driver"] = {k: v for k, v in results["driver"].items() if k != "results"}
-        kept["ours"] = {k: v for k, v in results["ours"].items() if k not in ("logged", "traces")}
+        for name in ("ours", "ours_ahead0"):
+            if name in results:
+                kept[name] = {
+                    k: v for k, v in results[name].items() if k not in ("logged", "traces")
+                }
         kept["server"] = results["server"]
         kept["order"] = order
         kept["ratio"] = round(
@@ -839,6 +856,14 @@ def measure(
     }
     row["ours_over_server"] = round(row["ours_samples_per_s"] / row["server_samples_per_s"], 3)
     row["driver_over_server"] = round(row["driver_samples_per_s"] / row["server_samples_per_s"], 3)
+    if ahead_control:
+        row["ours_ahead0_samples_per_s"] = median("ours_ahead0")
+        row["ahead_over_ahead0"] = round(
+            statistics.median(
+                r["ours"]["samples_per_s"] / r["ours_ahead0"]["samples_per_s"] for r in rounds
+            ),
+            3,
+        )
     row["rounds"] = rounds
     return row
 
@@ -922,6 +947,11 @@ def main() -> None:
         action="store_true",
         help="stages 1 and 2 only; the real-server rows of bench/results/eval_driver.json are kept",
     )
+    parser.add_argument(
+        "--prepare-ahead-control",
+        action="store_true",
+        help="each round also runs ours with prepare_ahead=0 (decoding inside the slot)",
+    )
     parser.add_argument("--check-only", action="store_true", help="stage 1 only; writes nothing")
     parser.add_argument("--work", help="keep the workspace here (default: a temporary directory)")
     args = parser.parse_args()
@@ -975,7 +1005,7 @@ def main() -> None:
             # replayed: each sample's first request as sent (the MCQ split first, as the driver)
             keys = sorted((k for k in first if k[1] in ws["videos"]), key=lambda k: (k[0], k[1]))
             bodies = [first[k] for k in sorted(keys, key=lambda k: k[0] != "mcq")]
-            row = measure(repo, ws, base_url, bodies, work, c, reps)
+            row = measure(repo, ws, base_url, bodies, work, c, reps, args.prepare_ahead_control)
             row["samples"] = 2 * ws["n"]
             if args.paired:
                 row["paired"] = paired(repo, ws, base_url, work, c)
