@@ -171,7 +171,11 @@ class OpenAIEngine:
             return hit[1]
         url = image_data_url(part.image, fmt=self.image_format, jpeg_quality=self.jpeg_quality)
         urls = self._urls
-        self._urls[key] = (weakref.ref(part, lambda _, k=key: urls.pop(k, None)), url)
+
+        def forget(_: weakref.ref[ImagePart]) -> None:
+            urls.pop(key, None)
+
+        urls[key] = (weakref.ref(part, forget), url)
         return url
 
     def chat_messages(self, trajectory: Trajectory) -> list[dict[str, Any]]:
