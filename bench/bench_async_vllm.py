@@ -157,6 +157,20 @@ class ScaledToolbox(br.SimToolbox):
         return await br.StaticToolbox.execute(self, calls)
 
 
+def machine_cpu(since: tuple[float, float] | None = None) -> tuple[float, float]:
+    """(busy, total) CPU jiffies of the whole machine from /proc/stat, or their change since
+    `since`; (0, 0) where /proc/stat is missing."""
+    try:
+        fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except OSError:
+        return (0.0, 0.0)
+    total = sum(fields[:8])  # user nice system idle iowait irq softirq steal
+    busy = total - fields[3] - fields[4]
+    if since is None:
+        return (busy, total)
+    return (busy - since[0], total - since[1])
+
+
 def tasks(plan: br.Plan, rank: int, step: int, scale: float) -> list[AgentTask]:
     """`bench_rollout.tasks` of one rank, with the scaled toolbox."""
     out = []
@@ -272,12 +286,14 @@ def training_run(
             meet.abort()
 
     threads = [threading.Thread(target=rank_loop, args=(r,)) for r in range(br.PROMPTS)]
+    cpu0, machine0 = time.process_time(), machine_cpu()
     t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    client_cpu, (busy, total) = time.process_time() - cpu0, machine_cpu(machine0)
     if errors:
         raise errors[0]
     episodes = br.PROMPTS * br.GROUP * steps
@@ -296,6 +312,11 @@ def training_run(
         "push_s_mean": statistics.mean(pushes),
         "drain_s_rank0": ranks[0].gate.waited_s,
         "reply_versions": versions,
+        # CPU: this process (the 7 rank threads, their runtimes and engines) and the machine's
+        # busy share of all its cores over the run (/proc/stat); the server is the rest of it
+        "client_cpu_s": client_cpu,
+        "client_cores": client_cpu / wall,
+        "machine_busy_share": busy / total if total else None,
         "load_average": [load_before, os.getloadavg()],
     }
 
@@ -402,6 +423,8 @@ def main() -> None:
                     f"{modes[name]['episodes_per_s_mean']:>8.2f} ep/s"
                     f"{statistics.mean(ratios):>7.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
                     f"  st {modes[name]['staleness_mean']:.2f}"
+                    f"  client {statistics.mean(r['client_cores'] for r in rs):.2f} cores,"
+                    f" machine busy {statistics.mean(r['machine_busy_share'] or 0 for r in rs):.2f}"
                     f"  load {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
