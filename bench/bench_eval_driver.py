@@ -952,6 +952,13 @@ def main() -> None:
         action="store_true",
         help="each round also runs ours with prepare_ahead=0 (decoding inside the slot)",
     )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=RESULTS,
+        help=f"where the JSON goes (default {RESULTS.relative_to(ROOT)}; name another file for a "
+        "partial plan, so the full one is not overwritten)",
+    )
     parser.add_argument("--check-only", action="store_true", help="stage 1 only; writes nothing")
     parser.add_argument("--work", help="keep the workspace here (default: a temporary directory)")
     args = parser.parse_args()
@@ -987,13 +994,13 @@ def main() -> None:
         return
     stand_in_rows = [stand_in(repo, subset(base, most), work, c) for c, _, _ in plan]
     if args.stand_in_only:  # the real-server rows of the last run are kept, and say so
-        previous = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+        previous = json.loads(args.results.read_text()) if args.results.is_file() else {}
         rows = previous.get("rows", [])
         for row in rows:
             row.setdefault(
                 "measured",
                 previous.get("measured")
-                or time.strftime("%Y-%m-%d %H:%M", time.localtime(RESULTS.stat().st_mtime)),
+                or time.strftime("%Y-%m-%d %H:%M", time.localtime(args.results.stat().st_mtime)),
             )
         write(rows, check, stand_in_rows, args, load_start, previous.get("setup", {}).get("server"))
         return
@@ -1082,8 +1089,8 @@ def write(
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(
         f"{'in flight':>9}{'driver/s':>10}{'ours/s':>9}{'ratio':>7}{'server/s':>10}{'ours/srv':>10}"
     )
@@ -1109,7 +1116,7 @@ def write(
             f"{r['ours_of_its_ideal']:.2f}"
         )
     print(f"load average start {load_start}, end {result['load_average_end']}")
-    print(f"wrote {RESULTS}")
+    print(f"wrote {args.results}")
 
 
 if __name__ == "__main__":
