@@ -144,3 +144,35 @@ def test_the_next_samples_are_decoded_while_the_slots_are_busy_and_no_more(ahead
     assert all(t.error is None and t.answer == "B" for t in traces)
     assert server.max_in_flight == 2  # the slots are still the limit at the server
     assert most == held
+
+
+class BarrierSource(PixelSource):
+    """Every overview waits until `parties` of them are decoding at once."""
+
+    def __init__(self, parties):
+        import threading
+
+        self.barrier = threading.Barrier(parties, timeout=20)
+
+    def overview(self, video, num_frames):
+        self.barrier.wait()
+        return super().overview(video, num_frames)
+
+
+def test_the_first_samples_decode_together_whatever_asyncios_default_pool():
+    """As the released driver's `workers_per_shard` threads: every sample in flight decodes at
+    once, so the first wave reaches the server together. 40 in flight is more than asyncio's
+    default pool ever has (at most 32 threads), so a decode on that pool never meets the barrier
+    and the samples error."""
+    with FakeChatServer(answer, model="m") as server:
+        config = EvalConfig(
+            base_url=server.base_url,
+            model="m",
+            protocol="paper",
+            main_nframes=2,
+            samples_per_server=40,
+            prepare_ahead=0,
+        )
+        traces = EvalAgent(config, source=BarrierSource(40)).run(samples(40))
+    assert [t.error for t in traces] == [None] * 40
+    assert all(t.answer == "B" for t in traces)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -211,7 +212,26 @@ class EvalAgent:
 
         Up to `prepare_ahead` more samples have their overview decoded while every slot is busy,
         so a freed slot sends a prepared sample at once instead of waiting for its decode (which
-        on a loaded client can take longer than the server's turn)."""
+        on a loaded client can take longer than the server's turn).
+
+        Decoding runs on `in_flight` threads of its own, as the released driver runs
+        `workers_per_shard` threads: the first samples decode together and go to the server
+        together. On asyncio's default pool (min(32, CPUs + 4) threads: 6 on 2 CPUs) they went
+        6 at a time, and the last of 16 decoded while the server was already busy on a machine
+        it shares: 15 s for each of the last four, 1.2 s for the first six
+        (bench/bench_eval_driver.py, 16 in flight, 2 CPUs)."""
+        pool = ThreadPoolExecutor(self.config.in_flight, thread_name_prefix="paravt-prepare")
+        try:
+            return await self._pool_over(samples, on_done, pool)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _pool_over(
+        self,
+        samples: Sequence[VideoQuestion],
+        on_done: Callable[[int, SampleTrace], None] | None,
+        pool: Executor,
+    ) -> list[SampleTrace]:
         slots = asyncio.Semaphore(self.config.in_flight)
         held = asyncio.Semaphore(self.config.in_flight + self.config.ahead)  # prepared or running
         out: list[SampleTrace | None] = [None] * len(samples)
@@ -219,7 +239,7 @@ class EvalAgent:
 
         async def one(i: int, sample: VideoQuestion) -> None:
             async with held:
-                prepared = await self._prepare(sample)
+                prepared = await self._prepare(sample, pool)
                 if isinstance(prepared, SampleTrace):
                     trace = prepared
                 else:
@@ -237,10 +257,13 @@ class EvalAgent:
         await asyncio.gather(*(one(i, s) for i, s in enumerate(samples)))
         return [t for t in out if t is not None]
 
-    async def _prepare(self, sample: VideoQuestion) -> Prepared | SampleTrace:
-        """The sample prepared off the event loop, or an errored trace saying what failed."""
+    async def _prepare(
+        self, sample: VideoQuestion, pool: Executor | None = None
+    ) -> Prepared | SampleTrace:
+        """The sample prepared off the event loop (on `pool`, else asyncio's default one), or an
+        errored trace saying what failed."""
         try:
-            return await asyncio.to_thread(self.prepare, sample)
+            return await asyncio.get_running_loop().run_in_executor(pool, self.prepare, sample)
         except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
                 raise
