@@ -176,3 +176,38 @@ def test_the_first_samples_decode_together_whatever_asyncios_default_pool():
         traces = EvalAgent(config, source=BarrierSource(40)).run(samples(40))
     assert [t.error for t in traces] == [None] * 40
     assert all(t.answer == "B" for t in traces)
+
+
+class SlowFirstSource(PixelSource):
+    """v0 and v1 take a while to decode; the rest (like a `video_url` sample) are ready at once."""
+
+    def overview(self, video, num_frames):
+        import time
+
+        if video in ("v0.mp4", "v1.mp4"):
+            time.sleep(0.4)
+        return super().overview(video, num_frames)
+
+
+def test_samples_take_the_slots_in_their_order_whoever_decodes_first():
+    """Decoding ahead must not reorder the run: samples ready sooner wait for the earlier ones,
+    which would otherwise be pushed to the end (the driver and the server's own rate go in
+    order)."""
+    import json
+    import re
+
+    latency = lambda body: 0.2  # noqa: E731
+    with FakeChatServer(answer, latency, model="m") as server:
+        config = EvalConfig(
+            base_url=server.base_url,
+            model="m",
+            protocol="paper",
+            main_nframes=2,
+            samples_per_server=2,
+            prepare_ahead=4,
+        )
+        traces = EvalAgent(config, source=SlowFirstSource()).run(samples(8))
+        sent = [re.search(r"v\d+\.mp4", json.dumps(b))[0] for b in server.bodies]
+    assert all(t.error is None and t.answer == "B" for t in traces)
+    assert sorted(sent[:2]) == ["v0.mp4", "v1.mp4"]
+    assert sorted(sent) == [f"v{i}.mp4" for i in range(8)]
