@@ -20,9 +20,9 @@ the same rows (as `tests/test_paper_tasks.py` does), both tasks in one run (as t
 runs the paper's group), `samples_per_server=C`. Same server, same rows, same video files (under
 one `HF_HOME`, where both look for them).
 
-Each real-server run also records the vLLM server's own counters over it (`GET /metrics`: requests,
-prompt and generated tokens, queue / prefill / decode seconds; needs `prometheus-client` in the client
-venv): what the server did for each client, whoever sent the requests.
+Each real-server run also records the vLLM server's own counters over it (`GET /metrics`:
+requests, prompt and generated tokens, queue / prefill / decode seconds; needs `prometheus-client`
+in the client venv): what the server did for each client, whoever sent the requests.
 
 The samples: `paravt-tools synth` videos (N_PER_SPLIT, 30 s, 256x144, 4 fps); the MCQ split is
 their multiple-choice questions as Video-MME rows, the grounding split their temporal questions as
