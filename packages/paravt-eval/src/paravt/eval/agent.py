@@ -216,9 +216,8 @@ class EvalAgent:
 
         Samples take the slots in their order, whichever finishes decoding first: a sample the
         server decodes itself (`video_url`) would otherwise overtake the ones decoded here and
-        put them, often the longer ones, at the end of the run (measured: the grounding split's
-        samples took 13 of the first 16 slots from the MCQ split, 42 s against 30 s at 16 in
-        flight).
+        put them, often the longer ones, at the end of the run (measured at 16 in flight: 42 s
+        against 30 s with prepare_ahead 0, which keeps the order, in the same round).
 
         Decoding runs on `in_flight` threads of its own, as the released driver runs
         `workers_per_shard` threads: the first samples decode together and go to the server
