@@ -193,7 +193,8 @@ def timed_run_dataset(*args, **kwargs):
     t0, c0 = time.perf_counter(), cpu()
     summary = run_dataset(*args, **kwargs)
     timed.append({"dataset": args[1], "seconds": time.perf_counter() - t0,
-                  "cpu_seconds": cpu() - c0, "summary": summary})
+                  "cpu_seconds": cpu() - c0, "summary": summary,
+                  "start_epoch": time.time() - (time.perf_counter() - t0)})
     return summary
 utils.run_dataset = timed_run_dataset
 sys.argv = ["paravt.eval.driver", *json.loads(os.environ["BENCH_ARGS"])]
@@ -214,6 +215,70 @@ def bench_env(ws: dict[str, Any], args: list[str], timing: Path, **extra: str) -
         HF_DATASETS_OFFLINE="1",
         **extra,
     )
+
+
+def run_sampled(
+    cmd: list[str], *, timeout: float, **kwargs: Any
+) -> tuple[subprocess.CompletedProcess[str], list[tuple[float, float]]]:
+    """`subprocess.run(cmd, capture_output=True, text=True)` with the process tree's CPU seconds
+    (threads and children, a finished child's last reading kept) sampled every 0.25 s: the
+    completed process and [(wall-clock time, cumulative CPU seconds)] (empty without psutil)."""
+    import threading
+
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs
+    )
+    samples: list[tuple[float, float]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        try:
+            import psutil
+
+            root = psutil.Process(proc.pid)
+        except Exception:  # psutil missing, or the process already gone
+            return
+        seen: dict[int, float] = {}
+        while not done.wait(0.25):
+            try:
+                tree = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                break
+            for p in tree:
+                try:
+                    t = p.cpu_times()
+                    seen[p.pid] = t.user + t.system
+                except psutil.Error:
+                    pass
+            samples.append((time.time(), sum(seen.values())))
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    finally:
+        done.set()
+        thread.join()
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err), samples
+
+
+def cores_per_second(
+    samples: list[tuple[float, float]], start: float, seconds: float
+) -> list[float]:
+    """The CPU cores a process tree used in each whole second of [start, start + seconds]."""
+    out = []
+    for k in range(int(seconds)):
+        inside = [(t, c) for t, c in samples if start + k <= t <= start + k + 1]
+        if len(inside) > 1:
+            (t0, c0), (t1, c1) = inside[0], inside[-1]
+            out.append(round((c1 - c0) / (t1 - t0), 2))
+        else:
+            out.append(0.0)
+    return out
 
 
 def run_driver(
@@ -250,10 +315,9 @@ def run_driver(
         if barrier and not runs:  # the first invocation waits for the other side
             env.update(barrier)
         t0 = time.perf_counter()
-        proc = subprocess.run(
-            [sys.executable, "-c", DRIVER_LAUNCHER],
-            cwd=repo, env=env, capture_output=True, text=True, timeout=7200,
-        )  # fmt: skip
+        proc, cpu_samples = run_sampled(
+            [sys.executable, "-c", DRIVER_LAUNCHER], cwd=repo, env=env, timeout=7200
+        )
         wall = time.perf_counter() - t0
         (out / f"{dataset}.log").write_text(proc.stdout + "\n--- stderr\n" + proc.stderr)
         if proc.returncode != 0 or not timing.is_file():
@@ -272,6 +336,10 @@ def run_driver(
                 "samples": len(result["results"]),
                 "eval_seconds": round(timed["seconds"], 3),
                 "client_cpu_seconds": round(timed["cpu_seconds"], 3),
+                # the driver's processes' CPU cores in each second of its timed phase
+                "client_cores_per_second": cores_per_second(
+                    cpu_samples, timed["start_epoch"], timed["seconds"]
+                ),
                 "process_seconds": round(wall, 3),
                 "errors": result["summary"]["errors"],
                 "avg_tool_calls": result["summary"]["avg_tool_calls"],
@@ -307,7 +375,9 @@ def timed(self, requests):
     t0, c0 = time.perf_counter(), time.process_time()
     out = generate_until(self, requests)
     json.dump({"seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0,
-               "requests": len(requests)}, open(os.environ["BENCH_TIMING"], "w"))
+               "requests": len(requests),
+               "start_epoch": time.time() - (time.perf_counter() - t0)},
+              open(os.environ["BENCH_TIMING"], "w"))
     return out
 lmms_model.ParaVT.generate_until = timed
 sys.argv = ["lmms_eval", *json.loads(os.environ["BENCH_ARGS"])]
@@ -339,10 +409,9 @@ def run_ours(
     ]  # fmt: skip
     env = bench_env(ws, args, timing, TRANSFORMERS_OFFLINE="1", **(barrier or {}))
     t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-c", OURS_LAUNCHER], env=env, capture_output=True, text=True,
-        timeout=7200, cwd=out,
-    )  # fmt: skip
+    proc, cpu_samples = run_sampled(
+        [sys.executable, "-c", OURS_LAUNCHER], env=env, timeout=7200, cwd=out
+    )
     wall = time.perf_counter() - t0
     (out / "lmms.log").write_text(proc.stdout + "\n--- stderr\n" + proc.stderr)
     if proc.returncode != 0 or not timing.is_file():
@@ -364,6 +433,10 @@ def run_ours(
         "eval_seconds": round(timed["seconds"], 3),
         "samples_per_s": round(samples / timed["seconds"], 4),
         "client_cpu_seconds": round(timed["cpu_seconds"], 3),
+        # ours' process tree's CPU cores in each second of its timed phase
+        "client_cores_per_second": cores_per_second(
+            cpu_samples, timed["start_epoch"], timed["seconds"]
+        ),
         "wall_seconds": round(wall, 3),
         "samples_per_s_wall": round(samples / wall, 4),
         "errored": sum(1 for t in trace_rows if t.get("error")),
