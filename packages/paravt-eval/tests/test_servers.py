@@ -35,6 +35,19 @@ def samples(n):
     ]
 
 
+def paper_config(base_url, in_flight, ahead):
+    """One server, the paper protocol with a 2-frame overview, `in_flight` samples at it and
+    `ahead` decoded ahead (None: the default)."""
+    return EvalConfig(
+        base_url=base_url,
+        model="m",
+        protocol="paper",
+        main_nframes=2,
+        samples_per_server=in_flight,
+        prepare_ahead=ahead,
+    )
+
+
 def test_the_drivers_server_defaults_are_the_defaults():
     config = EvalConfig(base_url="http://127.0.0.1:1/v1", model="m")
     assert config.timeout_s == 1800.0 and config.samples_per_server == 4
@@ -124,14 +137,7 @@ def test_the_next_samples_are_decoded_while_the_slots_are_busy_and_no_more(ahead
     source = CountingSource()
     most = 0
     with FakeChatServer(answer, latency, model="m") as server:
-        config = EvalConfig(
-            base_url=server.base_url,
-            model="m",
-            protocol="paper",
-            main_nframes=2,
-            samples_per_server=2,
-            prepare_ahead=ahead,
-        )
+        config = paper_config(server.base_url, 2, ahead)
         finished = 0
 
         def done(i, trace):
@@ -165,14 +171,7 @@ def test_the_first_samples_decode_together_whatever_asyncios_default_pool():
     default pool ever has (at most 32 threads), so a decode on that pool never meets the barrier
     and the samples error."""
     with FakeChatServer(answer, model="m") as server:
-        config = EvalConfig(
-            base_url=server.base_url,
-            model="m",
-            protocol="paper",
-            main_nframes=2,
-            samples_per_server=40,
-            prepare_ahead=0,
-        )
+        config = paper_config(server.base_url, 40, 0)
         traces = EvalAgent(config, source=BarrierSource(40)).run(samples(40))
     assert [t.error for t in traces] == [None] * 40
     assert all(t.answer == "B" for t in traces)
@@ -198,14 +197,7 @@ def test_samples_take_the_slots_in_their_order_whoever_decodes_first():
 
     latency = lambda body: 0.2  # noqa: E731
     with FakeChatServer(answer, latency, model="m") as server:
-        config = EvalConfig(
-            base_url=server.base_url,
-            model="m",
-            protocol="paper",
-            main_nframes=2,
-            samples_per_server=2,
-            prepare_ahead=4,
-        )
+        config = paper_config(server.base_url, 2, 4)
         traces = EvalAgent(config, source=SlowFirstSource()).run(samples(8))
         sent = [re.search(r"v\d+\.mp4", json.dumps(b))[0] for b in server.bodies]
     assert all(t.error is None and t.answer == "B" for t in traces)
