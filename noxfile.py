@@ -196,7 +196,8 @@ def bench(session: nox.Session) -> None:
     _install_workspace(session)
     session.install("rich>=13", "qwen-vl-utils==0.0.14")  # the reference decode path
     session.install("trl==1.16.0")  # bench_train: TRL's GRPOTrainer as the RL-step baseline
-    session.install("prometheus-client>=0.20")  # bench_eval_driver: the vLLM server's counters
+    # bench_eval_driver: the vLLM server's counters, each client's CPU over time
+    session.install("prometheus-client>=0.20", "psutil>=5.9")
     scripts = sorted((ROOT / "bench").glob("bench_*.py"))
     wanted = set(session.posargs)
     for script in scripts:

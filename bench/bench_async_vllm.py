@@ -33,10 +33,10 @@ WARMUP_STEPS untimed steps (vLLM compiles kernels for the batch shapes it meets 
 PARAVT_BENCH_ROUNDS rounds (2) of every mode, in MODES' order on even rounds and reversed on odd
 ones; each run's ratio is against lockstep of its own round. PARAVT_BENCH_TRAINING=0 leaves out the
 rows with training time (rollouts only took 21-25 minutes on 2 CPUs; with them, about twice that).
-Writes bench/results/async_vllm.json with every run's load average before and after: the absolute numbers
-move with the machine's load; the ratios are measured back to back. PARAVT_BENCH_CHUNKED_PREFILL=1
-keeps vLLM's chunked prefill on (its own default; this bench sends no seeds) and writes
-bench/results/async_vllm_chunked_prefill.json instead.
+Writes bench/results/async_vllm.json with every run's load average before and after: the absolute
+numbers move with the machine's load; the ratios are measured back to back.
+PARAVT_BENCH_CHUNKED_PREFILL=1 keeps vLLM's chunked prefill on (its own default; this bench sends
+no seeds) and writes bench/results/async_vllm_chunked_prefill.json instead.
 """
 
 from __future__ import annotations

@@ -21,8 +21,9 @@ runs the paper's group), `samples_per_server=C`. Same server, same rows, same vi
 one `HF_HOME`, where both look for them).
 
 Each real-server run also records the vLLM server's own counters over it (`GET /metrics`:
-requests, prompt and generated tokens, queue / prefill / decode seconds; needs `prometheus-client`
-in the client venv): what the server did for each client, whoever sent the requests.
+requests, prompt and generated tokens, queue / prefill / decode seconds) and each client's CPU
+every 0.25 s (its process tree, via psutil; `nox -s bench` installs both): what the server did for
+each client, and when each client worked.
 
 The samples: `paravt-tools synth` videos (N_PER_SPLIT, 30 s, 256x144, 4 fps); the MCQ split is
 their multiple-choice questions as Video-MME rows, the grounding split their temporal questions as
@@ -222,8 +223,10 @@ def run_sampled(
 ) -> tuple[subprocess.CompletedProcess[str], list[tuple[float, float]]]:
     """`subprocess.run(cmd, capture_output=True, text=True)` with the process tree's CPU seconds
     (threads and children, a finished child's last reading kept) sampled every 0.25 s: the
-    completed process and [(wall-clock time, cumulative CPU seconds)] (empty without psutil)."""
+    completed process and [(wall-clock time, cumulative CPU seconds)]."""
     import threading
+
+    import psutil  # nox -s bench installs it
 
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs
@@ -233,10 +236,8 @@ def run_sampled(
 
     def sample() -> None:
         try:
-            import psutil
-
             root = psutil.Process(proc.pid)
-        except Exception:  # psutil missing, or the process already gone
+        except psutil.Error:  # already gone: no samples, and its bins say so (None)
             return
         seen: dict[int, float] = {}
         while not done.wait(0.25):
@@ -268,16 +269,17 @@ def run_sampled(
 
 def cores_per_second(
     samples: list[tuple[float, float]], start: float, seconds: float
-) -> list[float]:
-    """The CPU cores a process tree used in each whole second of [start, start + seconds]."""
-    out = []
+) -> list[float | None]:
+    """The CPU cores a process tree used in each whole second of [start, start + seconds]; None
+    for a second with fewer than two samples (nothing measured, not an idle second)."""
+    out: list[float | None] = []
     for k in range(int(seconds)):
         inside = [(t, c) for t, c in samples if start + k <= t <= start + k + 1]
         if len(inside) > 1:
             (t0, c0), (t1, c1) = inside[0], inside[-1]
             out.append(round((c1 - c0) / (t1 - t0), 2))
         else:
-            out.append(0.0)
+            out.append(None)
     return out
 
 

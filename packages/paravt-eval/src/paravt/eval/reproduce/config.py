@@ -22,8 +22,7 @@ class ReproduceConfig(BaseModel):
     held-out videos per column, on the `prior` task (the paper's mechanism: a tool prior, a dense
     budget that is often but not always enough, the gate over it; 230 min of training and
     measuring on a shared 2-core machine, summed over seeds; `jobs=2` should halve the wall time,
-    an estimate). `quick()` is the variant
-    the test suite runs.
+    an estimate). `quick()` is the variant the test suite runs.
     """
 
     model_config = ConfigDict(extra="forbid")
