@@ -321,13 +321,13 @@ def training_run(
     }
 
 
-def measure_t_token(setup: Setup) -> float:
-    """Seconds per generated token of each of PROMPTS x GROUP requests at once (128 tokens each;
-    the median of three): this server's counterpart of the 25 ms per token that `bench_rollout`
-    assumes for the 8B server with ~64 requests open."""
+def measure_t_token(setup: Setup, open_requests: int = br.PROMPTS * br.GROUP) -> float:
+    """Seconds per generated token of each of `open_requests` requests at once (128 tokens each;
+    the median of three). At PROMPTS x GROUP open: this server's counterpart of the 25 ms per token
+    that `bench_rollout` assumes for the 8B server with ~64 requests open."""
     client = clients(setup)[0]
     traj = fixed_prompt(client)
-    batch = [traj] * (br.PROMPTS * br.GROUP)
+    batch = [traj] * open_requests
     times = []
     for _ in range(3):
         t0 = time.perf_counter()
@@ -336,20 +336,65 @@ def measure_t_token(setup: Setup) -> float:
     return statistics.median(times)
 
 
-def ceiling(result: dict[str, Any]) -> dict[str, float]:
-    """What any schedule could gain over lockstep synchronous rollouts here: this server's
-    throughput with 56 requests open (56 / `t_token_s_at_56_open` tokens/s) over the tokens/s
-    the lockstep synchronous run achieved (rollouts only). On a CPU the server is throughput-bound
-    (each open request costs nearly as much as the step's fixed part), so running ahead can only
-    fill the idle capacity of the synchronous steps' tails; bench_rollout's 8B server batches
-    nearly for free (15 ms + 0.15 ms per open request), which is where 2x comes from."""
-    run = result["training"]["rollouts only (train 0 s)"]["modes"]["lockstep, synchronous"]
-    lockstep = statistics.mean(r["server_tokens"] / r["wall_s"] for r in run["runs"])
-    saturated = br.PROMPTS * br.GROUP / result["t_token_s_at_56_open"]
+# the server's saturated throughput is measured at these many requests open: one step's main
+# agents, and three times that (max_staleness 2 can have sub-agents of several steps open at once)
+CEILING_OPEN = (br.PROMPTS * br.GROUP, 3 * br.PROMPTS * br.GROUP)
+
+
+def saturated(setup: Setup) -> dict[str, Any]:
+    """The server's tokens/s with CEILING_OPEN requests open (the same prompt as every rollout
+    request), now: measured before each round and after the last, since on this shared machine
+    it moves between runs."""
+    per_open = {str(n): n / measure_t_token(setup, n) for n in CEILING_OPEN}  # tokens/s
+    out = {"at": time.strftime("%H:%M:%S"), "tokens_per_s": per_open,
+           "load_average": os.getloadavg()}  # fmt: skip
+    print(
+        "  server saturated: "
+        + ", ".join(f"{v:.0f} tok/s with {k} open" for k, v in per_open.items()),
+        flush=True,
+    )
+    return out
+
+
+def ceiling(runs: dict[str, list[dict[str, Any]]], sat: list[dict[str, Any]]) -> dict[str, Any]:
+    """What any schedule could gain over lockstep synchronous rollouts, round by round: the
+    server's saturated throughput (the better of CEILING_OPEN, the mean of its measurements just
+    before and just after the round) over the tokens/s the round's lockstep run achieved; and
+    how much of that ceiling max_staleness 2 reached in the same round. On a CPU the server is
+    throughput-bound (each open request costs nearly as much as the step's fixed part), so running
+    ahead can only fill the idle capacity of the synchronous steps' tails; bench_rollout's 8B
+    server batches nearly for free (15 ms + 0.15 ms per open request), which is where 2x comes
+    from. A ratio of 2x is out of reach in a round whose ceiling is below 2x."""
+
+    def tok_s(run: dict[str, Any]) -> float:
+        return run["server_tokens"] / run["wall_s"]
+
+    rounds = []
+    stale2 = runs["async episodes, max_staleness 2 (reference)"]
+    for lock, st in zip(runs["lockstep, synchronous"], stale2):
+        r = lock["round"]
+        best = max(
+            statistics.mean([sat[r]["tokens_per_s"][k], sat[r + 1]["tokens_per_s"][k]])
+            for k in sat[r]["tokens_per_s"]
+        )
+        rounds.append(
+            {
+                "round": r,
+                "saturated_tokens_per_s": best,
+                "lockstep_tokens_per_s": tok_s(lock),
+                "staleness_2_tokens_per_s": tok_s(st),
+                "most_any_schedule_gains": best / tok_s(lock),
+                "staleness_2_over_lockstep": st["episodes_per_s"] / lock["episodes_per_s"],
+                "staleness_2_of_ceiling": tok_s(st) / best,
+            }
+        )
     return {
-        "saturated_tokens_per_s": saturated,
-        "lockstep_tokens_per_s": lockstep,
-        "most_any_schedule_gains": saturated / lockstep,
+        "measurements": sat,
+        "rounds": rounds,
+        "most_any_schedule_gains_mean": statistics.mean(
+            r["most_any_schedule_gains"] for r in rounds
+        ),
+        "staleness_2_of_ceiling_mean": statistics.mean(r["staleness_2_of_ceiling"] for r in rounds),
     }
 
 
@@ -390,17 +435,24 @@ def main() -> None:
         # untimed: the first requests of new batch shapes make vLLM compile kernels
         training_run(setup, "async", 2, SEEDS[0], 0.0, steps=WARMUP_STEPS)
         rows = {"rollouts only (train 0 s)": 0.0}
+        ceilings: dict[str, Any] = {}
         if WITH_TRAINING:
             rows["train 60 s"] = TRAIN_8B_S
         for train_name, train_s in rows.items():
             runs: dict[str, list[dict[str, Any]]] = {name: [] for name in MODES}
+            sat = []
             for r in range(ROUNDS):
+                if not train_s:
+                    sat.append(saturated(setup))
                 order = list(MODES) if r % 2 == 0 else list(reversed(MODES))
                 for name in order:
                     sched, eta = MODES[name]
                     for seed in SEEDS:
                         run = training_run(setup, sched, eta, seed, train_s)
                         runs[name].append({**run, "round": r, "seed": seed})
+            if not train_s:
+                sat.append(saturated(setup))
+                ceilings = ceiling(runs, sat)
             base = runs["lockstep, synchronous"]
             modes = {}
             for name, rs in runs.items():
@@ -464,13 +516,17 @@ def main() -> None:
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
-    result["ceiling_rollouts_only"] = ceiling(result)
+    result["ceiling_rollouts_only"] = ceilings
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(
-        f"ceiling: the server's saturated throughput is "
-        f"{result['ceiling_rollouts_only']['most_any_schedule_gains']:.2f}x lockstep's"
-    )
+    for c in ceilings["rounds"]:
+        print(
+            f"round {c['round']}: the server's saturated throughput is "
+            f"{c['most_any_schedule_gains']:.2f}x lockstep's ({c['saturated_tokens_per_s']:.0f} "
+            f"vs {c['lockstep_tokens_per_s']:.0f} tok/s); max_staleness 2 "
+            f"{c['staleness_2_over_lockstep']:.2f}x lockstep, {c['staleness_2_of_ceiling']:.0%} "
+            "of the ceiling"
+        )
     print(f"load average start {load_start}, end {os.getloadavg()} ({os.cpu_count()} CPUs)")
     print(f"wrote {RESULTS}")
 

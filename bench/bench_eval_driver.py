@@ -455,6 +455,30 @@ def run_ours(
     }
 
 
+def run_ours_split(
+    ws: dict[str, Any], base_url: str, in_flight: int, where: Path
+) -> dict[str, Any]:
+    """Ours one split at a time (two lmms-eval runs, the MCQ task first), the driver's schedule;
+    timed: the sum of the two generate_until phases, as the driver's two run_dataset phases."""
+    parts = [
+        run_ours(ws, base_url, in_flight, where / f"ours_split_{i}", tasks=(task,))
+        for i, task in enumerate((MCQ_TASK, GROUNDING_TASK))
+    ]
+    samples = sum(p["samples"] for p in parts)
+    seconds = sum(p["eval_seconds"] for p in parts)
+    return {
+        "samples": samples,
+        "eval_seconds": round(seconds, 3),
+        "samples_per_s": round(samples / seconds, 4),
+        "client_cpu_seconds": round(sum(p["client_cpu_seconds"] for p in parts), 3),
+        "errored": sum(p["errored"] for p in parts),
+        "episode_s_mean": round(
+            sum(p["episode_s_mean"] * p["samples"] for p in parts) / samples, 3
+        ),
+        "splits": [{"eval_seconds": p["eval_seconds"], "samples": p["samples"]} for p in parts],
+    }
+
+
 # ------------------------------------------------------------------------- stage 1: the protocol
 
 
@@ -877,7 +901,7 @@ def _timed(what: str, fn: Any, base_url: str | None = None) -> dict[str, Any]:
 
 def measure(
     repo: Path, ws: dict[str, Any], base_url: str, bodies: list[dict[str, Any]], work: Path,
-    in_flight: int, reps: int, ahead_control: bool = False,
+    in_flight: int, reps: int, ahead_control: bool = False, split_control: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """`reps` rounds of the driver, ours and the replay, each round in a rotated order (the
     machine's load drifts); samples/s of each is the median over rounds, the ratio the median of
@@ -899,6 +923,8 @@ def measure(
             steps["ours_ahead0"] = lambda w=where: run_ours(
                 ws, base_url, in_flight, w / "ours_ahead0", prepare_ahead=0
             )
+        if split_control:  # ours one split at a time, as the driver runs (its schedule)
+            steps["ours_split"] = lambda w=where: run_ours_split(ws, base_url, in_flight, w)
         order = list(steps)
         order = order[rep % len(order) :] + order[: rep % len(order)]
         for name in order:
@@ -906,7 +932,7 @@ def measure(
                 f"in flight {in_flight} round {rep} {name}", steps[name], base_url
             )
         kept["driver"] = {k: v for k, v in results["driver"].items() if k != "results"}
-        for name in ("ours", "ours_ahead0"):
+        for name in ("ours", "ours_ahead0", "ours_split"):
             if name in results:
                 kept[name] = {
                     k: v for k, v in results[name].items() if k not in ("logged", "traces")
@@ -936,6 +962,20 @@ def measure(
         row["ahead_over_ahead0"] = round(
             statistics.median(
                 r["ours"]["samples_per_s"] / r["ours_ahead0"]["samples_per_s"] for r in rounds
+            ),
+            3,
+        )
+    if split_control:
+        row["ours_split_samples_per_s"] = median("ours_split")
+        row["one_pool_over_split"] = round(
+            statistics.median(
+                r["ours"]["samples_per_s"] / r["ours_split"]["samples_per_s"] for r in rounds
+            ),
+            3,
+        )
+        row["split_over_driver"] = round(
+            statistics.median(
+                r["ours_split"]["samples_per_s"] / r["driver"]["samples_per_s"] for r in rounds
             ),
             3,
         )
@@ -1028,6 +1068,12 @@ def main() -> None:
         help="each round also runs ours with prepare_ahead=0 (decoding inside the slot)",
     )
     parser.add_argument(
+        "--split-control",
+        action="store_true",
+        help="each round also runs ours one split at a time (two lmms-eval runs, the driver's "
+        "schedule) beside ours with both tasks in one pool",
+    )
+    parser.add_argument(
         "--results",
         type=Path,
         default=RESULTS,
@@ -1087,7 +1133,10 @@ def main() -> None:
             # replayed: each sample's first request as sent (the MCQ split first, as the driver)
             keys = sorted((k for k in first if k[1] in ws["videos"]), key=lambda k: (k[0], k[1]))
             bodies = [first[k] for k in sorted(keys, key=lambda k: k[0] != "mcq")]
-            row = measure(repo, ws, base_url, bodies, work, c, reps, args.prepare_ahead_control)
+            row = measure(
+                repo, ws, base_url, bodies, work, c, reps, args.prepare_ahead_control,
+                args.split_control,
+            )  # fmt: skip
             row["samples"] = 2 * ws["n"]
             if args.paired:
                 row["paired"] = paired(repo, ws, base_url, work, c)
