@@ -820,6 +820,8 @@ def replay(base_url: str, bodies: list[dict[str, Any]], in_flight: int) -> dict[
 # -------------------------------------------------------------------------------- the server
 
 
+CORES = os.cpu_count() or 1  # the client and the server share them
+
 # vLLM's CPU build on the tiny checkpoint, started by paravt.core.testing.vllm (as the real-server
 # tests start it), plus the released driver's --limit-mm-per-prompt and no prefix or multimodal
 # cache: the runs repeat the same samples, which a real evaluation never does. No weight reloads
@@ -938,6 +940,22 @@ def measure(
                     k: v for k, v in results[name].items() if k not in ("logged", "traces")
                 }
         kept["server"] = results["server"]
+        for name, res in results.items():
+            # the share of the run that the client kept `in_flight` requests at the server: the
+            # server's summed request latencies over (seconds x in flight); the client controls
+            # it (when requests arrive), the server's speed hardly moves it
+            seconds = res.get("eval_seconds", res.get("seconds"))
+            side = res.get("server_side") or {}
+            if seconds and "e2e_s" in side:
+                kept[name]["occupancy"] = round(side["e2e_s"] / (seconds * in_flight), 3)
+        # the replay does not decode; a client on this machine must, on the same cores as the
+        # server: the replay's seconds plus ours' decode CPU spread over every core is the best a
+        # decoding client could do here (an estimate: it assumes the server uses every core)
+        kept["server_with_ours_decode_samples_per_s"] = round(
+            results["server"]["requests"]
+            / (results["server"]["seconds"] + results["ours"]["client_cpu_seconds"] / CORES),
+            4,
+        )
         kept["order"] = order
         kept["ratio"] = round(
             results["ours"]["samples_per_s"] / results["driver"]["samples_per_s"], 3
@@ -956,6 +974,17 @@ def measure(
         "ratio": round(statistics.median(r["ratio"] for r in rounds), 3),
     }
     row["ours_over_server"] = round(row["ours_samples_per_s"] / row["server_samples_per_s"], 3)
+    row["ours_over_server_with_decode"] = round(
+        statistics.median(
+            r["ours"]["samples_per_s"] / r["server_with_ours_decode_samples_per_s"] for r in rounds
+        ),
+        3,
+    )
+    for name in ("driver", "ours", "server", "ours_split"):
+        if all("occupancy" in r.get(name, {}) for r in rounds):
+            row[f"{name}_occupancy"] = round(
+                statistics.median(r[name]["occupancy"] for r in rounds), 3
+            )
     row["driver_over_server"] = round(row["driver_samples_per_s"] / row["server_samples_per_s"], 3)
     if ahead_control:
         row["ours_ahead0_samples_per_s"] = median("ours_ahead0")
@@ -1144,7 +1173,10 @@ def main() -> None:
             print(
                 f"in flight {c}: driver {row['driver_samples_per_s']:.3f}/s, ours "
                 f"{row['ours_samples_per_s']:.3f}/s (x{row['ratio']:.2f}), server "
-                f"{row['server_samples_per_s']:.3f}/s, ours/server {row['ours_over_server']:.2f}",
+                f"{row['server_samples_per_s']:.3f}/s, ours/server {row['ours_over_server']:.2f} "
+                f"({row['ours_over_server_with_decode']:.2f} with ours' decoding added to the "
+                f"replay), occupancy driver {row.get('driver_occupancy')}, ours "
+                f"{row.get('ours_occupancy')}, replay {row.get('server_occupancy')}",
                 flush=True,
             )
     write(rows, check, stand_in_rows, args, load_start, base_url)
