@@ -31,7 +31,11 @@ session,
 (without PARAVT_VLLM_PYTHON it says so and writes nothing, so `nox -s bench` passes it by). First
 WARMUP_STEPS untimed steps (vLLM compiles kernels for the batch shapes it meets first), then
 PARAVT_BENCH_ROUNDS rounds (2) of every mode, in MODES' order on even rounds and reversed on odd
-ones; each run's ratio is against lockstep of its own round. PARAVT_BENCH_TRAINING=0 leaves out the
+ones; each run's ratio is against lockstep of its own round. Before each round of the rollouts-only
+row and after the last, the server's saturated throughput (the same prompt, 56 and 168 requests
+open, 128 tokens each): the most any schedule can get from this server, which moves between runs
+on a shared machine; each round's ceiling over lockstep, and max_staleness 2's share of it, are in
+the JSON (`ceiling_rollouts_only`). PARAVT_BENCH_TRAINING=0 leaves out the
 rows with training time (rollouts only took 21-25 minutes on 2 CPUs; with them, about twice that).
 Writes bench/results/async_vllm.json with every run's load average before and after: the absolute
 numbers move with the machine's load; the ratios are measured back to back.

@@ -42,6 +42,13 @@ Stages:
 3. grading: per sample, the driver's prediction (letter / span) and score against ours (the
    prediction in our trace, the score lmms-eval logged), at every C; the final texts too.
 
+Beside samples/s, each run's occupancy: the server's summed request latencies over (seconds x C),
+the share of the run in which the client had C requests at the server. The client decides it (when
+requests arrive); the server's speed, which moves by tens of percent between runs on a shared
+machine, hardly moves it. And the replay's rate with ours' decoding CPU added (spread over every
+core): the replay skips decoding, but a client on this machine decodes on the server's cores.
+`--split-control` also runs ours one split at a time (the driver's schedule) in each round.
+
 Timing: each system's evaluation phase (the driver: its `run_dataset`, summed over the two
 datasets; ours: the plugin's `generate_until`, both tasks), and each process's wall time
 (imports, task loading) beside it. The load average is recorded before and after every measurement
