@@ -103,6 +103,13 @@ MODES = {  # name: (episode schedule, max_staleness)
     "async episodes, max_staleness 1": ("async", 1),
     "async episodes, max_staleness 2 (reference)": ("async", 2),
 }
+# a bound, not an RL setting: max_staleness 2 whose pushes do not drain the requests in flight
+# (`/pause?mode=keep`: frozen requests resume on the new weights, so a reply may straddle two
+# versions, which `VLLMServer` refuses for training). What the drain costs: the gap between this
+# and the reference row is what partial rollouts (AReaL's interrupt and resume) could win back.
+BOUND = "bound: max_staleness 2, pushes keep requests in flight (no drain)"
+if os.environ.get("PARAVT_BENCH_BOUND", "1") != "0":
+    MODES[BOUND] = ("async", 2)
 
 
 # ------------------------------------------------------------------- the plan, generated for real
@@ -222,6 +229,19 @@ def push(setup: Setup, ranks: list[Any], version: str) -> None:
         c.release_requests(version)
 
 
+def push_keeping(setup: Setup, version: str) -> None:
+    """The bound's push: write the weights and reload the server with the requests in flight
+    frozen (`pause='keep'`) instead of drained; no client gate is held (see BOUND)."""
+    from paravt.core.engines.vllm_server import VLLMServer
+    from paravt.core.engines.weights import write_checkpoint
+
+    target = write_checkpoint(
+        iter(setup.weights), setup.weight_dir, version,
+        config_files=[setup.checkpoint / "config.json"],
+    )  # fmt: skip
+    VLLMServer(setup.root, model="tiny").reload_weights(target, version, pause="keep")
+
+
 def fixed_prompt(client: Any) -> Trajectory:
     """The one prompt every request sends (the plan decides only how long the reply is)."""
     messages = [Message("user", "Describe the video.")]
@@ -236,6 +256,7 @@ def training_run(
     seed: int,
     train_s: float,
     steps: int = STEPS,
+    drain: bool = True,
 ) -> dict[str, Any]:
     """`steps` steps on PROMPTS rank threads against the vLLM server (see the module)."""
     load_before = os.getloadavg()
@@ -253,6 +274,14 @@ def training_run(
     def train_and_push(rank: int, step: int) -> None:
         meet.wait()
         time.sleep(train_s * setup.scale)
+        if not drain:  # the bound: rank 0 reloads with the requests kept, nobody holds
+            meet.wait()
+            if rank == 0:
+                t0 = time.perf_counter()
+                push_keeping(setup, f"step-{step}")
+                pushes.append(time.perf_counter() - t0)
+            meet.wait()
+            return
         if rank != 0:
             ranks[rank].hold_requests()  # before rank 0 may reload (VLLMServers.load_weights)
         meet.wait()
@@ -315,6 +344,9 @@ def training_run(
         "staleness_max": max(staleness) if staleness else 0,
         "push_s_mean": statistics.mean(pushes),
         "drain_s_rank0": ranks[0].gate.waited_s,
+        # every rank's holds wait for its requests in flight, in parallel: the slowest rank's
+        # wait is the push's drain (seconds per step)
+        "drain_s_per_step": max(c.gate.waited_s for c in ranks) / steps,
         "reply_versions": versions,
         # CPU: this process (the 7 rank threads, their runtimes and engines) and the machine's
         # busy share of all its cores over the run (/proc/stat); the server is the rest of it
@@ -452,7 +484,7 @@ def main() -> None:
                 for name in order:
                     sched, eta = MODES[name]
                     for seed in SEEDS:
-                        run = training_run(setup, sched, eta, seed, train_s)
+                        run = training_run(setup, sched, eta, seed, train_s, drain=name != BOUND)
                         runs[name].append({**run, "round": r, "seed": seed})
             if not train_s:
                 sat.append(saturated(setup))
@@ -479,6 +511,7 @@ def main() -> None:
                     f"{modes[name]['episodes_per_s_mean']:>8.2f} ep/s"
                     f"{statistics.mean(ratios):>7.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
                     f"  st {modes[name]['staleness_mean']:.2f}"
+                    f"  drain {statistics.mean(r['drain_s_per_step'] for r in rs):.2f} s/step"
                     f"  client {statistics.mean(r['client_cores'] for r in rs):.2f} cores,"
                     f" machine busy {statistics.mean(r['machine_busy_share'] or 0 for r in rs):.2f}"
                     f"  load {os.getloadavg()[0]:.1f}",
