@@ -110,6 +110,14 @@ MODES = {  # name: (episode schedule, max_staleness)
 BOUND = "bound: max_staleness 2, pushes keep requests in flight (no drain)"
 if os.environ.get("PARAVT_BENCH_BOUND", "1") != "0":
     MODES[BOUND] = ("async", 2)
+# PARAVT_BENCH_MODES=lockstep,reference,bound: only the modes whose names contain one of these
+# (lockstep and the reference row are always kept: the ratios and the ceiling need them); the
+# results then go to async_vllm_modes.json, so the full table is not overwritten
+ONLY = [m for m in os.environ.get("PARAVT_BENCH_MODES", "").split(",") if m]
+if ONLY:
+    keep = ("lockstep, synchronous", "async episodes, max_staleness 2 (reference)")
+    MODES = {k: v for k, v in MODES.items() if k in keep or any(m in k for m in ONLY)}
+    RESULTS = RESULTS.with_name(RESULTS.stem + "_modes.json")
 
 
 # ------------------------------------------------------------------- the plan, generated for real
