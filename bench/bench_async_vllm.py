@@ -367,15 +367,17 @@ def training_run(
     }
 
 
-def measure_t_token(setup: Setup, open_requests: int = br.PROMPTS * br.GROUP) -> float:
+def measure_t_token(
+    setup: Setup, open_requests: int = br.PROMPTS * br.GROUP, reps: int = 3
+) -> float:
     """Seconds per generated token of each of `open_requests` requests at once (128 tokens each;
-    the median of three). At PROMPTS x GROUP open: this server's counterpart of the 25 ms per token
+    the median of `reps`). At PROMPTS x GROUP open: this server's counterpart of the 25 ms per token
     that `bench_rollout` assumes for the 8B server with ~64 requests open."""
     client = clients(setup)[0]
     traj = fixed_prompt(client)
     batch = [traj] * open_requests
     times = []
-    for _ in range(3):
+    for _ in range(reps):
         t0 = time.perf_counter()
         asyncio.run(client.generate(batch, SamplingParams(max_new_tokens=128, temperature=1.0)))
         times.append((time.perf_counter() - t0) / 128)
@@ -472,14 +474,18 @@ def main() -> None:
     ) as server:
         root = server.root
         setup = Setup(root, checkpoint, processor, weights, work / "weights", 1.0)
-        t_token = measure_t_token(setup)
+        # a first guess for the warm-up, then the scale the timed runs use, measured after it:
+        # before the warm-up vLLM is still compiling kernels and the figure came out up to 2x
+        # slower (16.2 ms against 7.4 ms a minute later), which doubled the crop waits
+        setup.scale = measure_t_token(setup) / T_TOKEN_8B * LENGTH_SCALE
+        # untimed: the first requests of new batch shapes make vLLM compile kernels
+        training_run(setup, "async", 2, SEEDS[0], 0.0, steps=WARMUP_STEPS)
+        t_token = measure_t_token(setup, reps=5)
         setup.scale = t_token / T_TOKEN_8B * LENGTH_SCALE
         print(
             f"vLLM CPU server: {t_token * 1e3:.1f} ms/token with {br.PROMPTS * br.GROUP} open; "
             f"an 8B second is {setup.scale:.4f} s here"
         )
-        # untimed: the first requests of new batch shapes make vLLM compile kernels
-        training_run(setup, "async", 2, SEEDS[0], 0.0, steps=WARMUP_STEPS)
         rows = {"rollouts only (train 0 s)": 0.0}
         ceilings: dict[str, Any] = {}
         if WITH_TRAINING:
