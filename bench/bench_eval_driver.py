@@ -1243,7 +1243,9 @@ def write(
             "ratio_at_least_1": all(r["ratio"] >= 1.0 for r in rows),
             "paired_ratio_at_least_1": all(
                 r["paired"]["ratio"] >= 1.0 for r in rows if r.get("paired")
-            ),
+            )
+            if any(r.get("paired") for r in rows)
+            else None,  # no paired runs (--no-paired): nothing to say, not a vacuous True
             "ours_over_server_at_16": by_c[16]["ours_over_server"] >= 0.9 if 16 in by_c else None,
         },
         "measured": time.strftime("%Y-%m-%d %H:%M"),
