@@ -137,6 +137,7 @@ class OnVLLM(ScriptedEngine):
     continuous_batching: bool = True
     tokens: int = 0
     requests: int = 0
+    open_s: float = 0.0  # the seconds its requests spent at the server, summed (mean open x wall)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     async def _one(self, traj: Trajectory) -> Generated:
@@ -149,6 +150,7 @@ class OnVLLM(ScriptedEngine):
             n = len(text)
         real = max(1, round(n * LENGTH_SCALE))
         assert self.prompt is not None
+        t0 = time.perf_counter()
         (out,) = await self.client.generate(
             [self.prompt], SamplingParams(max_new_tokens=real, temperature=1.0)
         )
@@ -156,6 +158,7 @@ class OnVLLM(ScriptedEngine):
         with self.lock:
             self.tokens += real
             self.requests += 1
+            self.open_s += time.perf_counter() - t0
         ids = [ord(c) for c in text]
         return Generated(text, ids, [-0.5] * len(ids), "stop")
 
@@ -350,6 +353,9 @@ def training_run(
         "episodes_per_s": episodes / wall,
         "requests": sum(e.requests for e in engines),
         "server_tokens": sum(e.tokens for e in engines),
+        # requests open at the server on average over the run (as the client sees them, waits at
+        # a held gate included): what the server had to batch, against CEILING_OPEN
+        "mean_open_requests": sum(e.open_s for e in engines) / wall,
         "staleness_mean": statistics.mean(staleness) if staleness else 0.0,
         "staleness_max": max(staleness) if staleness else 0,
         "push_s_mean": statistics.mean(pushes),
@@ -528,6 +534,7 @@ def main() -> None:
                     f"{statistics.mean(ratios):>7.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
                     f"  st {modes[name]['staleness_mean']:.2f}"
                     f"  drain {statistics.mean(r['drain_s_per_step'] for r in rs):.2f} s/step"
+                    f"  open {statistics.mean(r['mean_open_requests'] for r in rs):.0f}"
                     f"  client {statistics.mean(r['client_cores'] for r in rs):.2f} cores,"
                     f" machine busy {statistics.mean(r['machine_busy_share'] or 0 for r in rs):.2f}"
                     f"  load {os.getloadavg()[0]:.1f}",
