@@ -418,7 +418,10 @@ def ceiling(runs: dict[str, list[dict[str, Any]]], sat: list[dict[str, Any]]) ->
     throughput-bound (each open request costs nearly as much as the step's fixed part), so running
     ahead can only fill the idle capacity of the synchronous steps' tails; bench_rollout's 8B
     server batches nearly for free (15 ms + 0.15 ms per open request), which is where 2x comes
-    from. A ratio of 2x is out of reach in a round whose ceiling is below 2x."""
+    from. A ratio of 2x is out of reach in a round whose ceiling is below 2x. The ceiling is
+    measured with uniform 128-token requests started together; in the 07:16 UTC run of
+    2026-11-27 the rollouts' own mix got fewer tokens/s with ~110 open than these gave with 56,
+    so it is an upper bound, not a target."""
 
     def tok_s(run: dict[str, Any]) -> float:
         return run["server_tokens"] / run["wall_s"]

@@ -45,8 +45,9 @@ Stages:
 Beside samples/s, each run's occupancy: the server's summed request latencies over (seconds x C),
 the share of the run in which the client had C requests at the server. The client decides it (when
 requests arrive); the server's speed, which moves by tens of percent between runs on a shared
-machine, hardly moves it. And the replay's rate with ours' decoding CPU added (spread over every
-core): the replay skips decoding, but a client on this machine decodes on the server's cores.
+machine, hardly moves it. And the replay's rate with ours' client CPU (its timed phase's, mostly
+decoding) added, spread over every core: the replay skips decoding, but a client on this machine
+decodes on the server's cores.
 `--split-control` also runs ours one split at a time (the driver's schedule) in each round.
 
 Timing: each system's evaluation phase (the driver: its `run_dataset`, summed over the two
@@ -956,8 +957,9 @@ def measure(
             if seconds and "e2e_s" in side:
                 kept[name]["occupancy"] = round(side["e2e_s"] / (seconds * in_flight), 3)
         # the replay does not decode; a client on this machine must, on the same cores as the
-        # server: the replay's seconds plus ours' decode CPU spread over every core is the best a
-        # decoding client could do here (an estimate: it assumes the server uses every core)
+        # server: the replay's seconds plus ours' client CPU (mostly decoding) spread over every
+        # core estimate the best a decoding client could do here (it assumes the server uses
+        # every core)
         kept["server_with_ours_decode_samples_per_s"] = round(
             results["server"]["requests"]
             / (results["server"]["seconds"] + results["ours"]["client_cpu_seconds"] / CORES),
@@ -1181,7 +1183,7 @@ def main() -> None:
                 f"in flight {c}: driver {row['driver_samples_per_s']:.3f}/s, ours "
                 f"{row['ours_samples_per_s']:.3f}/s (x{row['ratio']:.2f}), server "
                 f"{row['server_samples_per_s']:.3f}/s, ours/server {row['ours_over_server']:.2f} "
-                f"({row['ours_over_server_with_decode']:.2f} with ours' decoding added to the "
+                f"({row['ours_over_server_with_decode']:.2f} with ours' client CPU added to the "
                 f"replay), occupancy driver {row.get('driver_occupancy')}, ours "
                 f"{row.get('ours_occupancy')}, replay {row.get('server_occupancy')}",
                 flush=True,
