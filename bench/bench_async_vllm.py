@@ -63,6 +63,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 import bench_rollout as br
+from bench_eval_driver import server_counters
 
 from paravt.core import (
     AgentTask,
@@ -138,6 +139,7 @@ class OnVLLM(ScriptedEngine):
     tokens: int = 0
     requests: int = 0
     open_s: float = 0.0  # the seconds its requests spent at the server, summed (mean open x wall)
+    lengths: list[int] = field(default_factory=list)  # every request's length, in order sent
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     async def _one(self, traj: Trajectory) -> Generated:
@@ -150,6 +152,8 @@ class OnVLLM(ScriptedEngine):
             n = len(text)
         real = max(1, round(n * LENGTH_SCALE))
         assert self.prompt is not None
+        with self.lock:
+            self.lengths.append(real)
         t0 = time.perf_counter()
         (out,) = await self.client.generate(
             [self.prompt], SamplingParams(max_new_tokens=real, temperature=1.0)
@@ -333,12 +337,13 @@ def training_run(
 
     threads = [threading.Thread(target=rank_loop, args=(r,)) for r in range(br.PROMPTS)]
     cpu0, machine0 = time.process_time(), machine_cpu()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
+    with ServerWatch(setup.root) as watch:
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
     client_cpu, (busy, total) = time.process_time() - cpu0, machine_cpu(machine0)
     if errors:
         raise errors[0]
@@ -364,6 +369,9 @@ def training_run(
         # wait is the push's drain (seconds per step)
         "drain_s_per_step": max(c.gate.waited_s for c in ranks) / steps,
         "reply_versions": versions,
+        # the server's own view (vLLM's metrics): requests running and waiting, its tokens/s
+        "server": watch.summary(),
+        "lengths": [n for e in engines for n in e.lengths],  # dropped before the JSON
         # CPU: this process (the 7 rank threads, their runtimes and engines) and the machine's
         # busy share of all its cores over the run (/proc/stat); the server is the rest of it
         "client_cpu_s": client_cpu,
@@ -371,6 +379,134 @@ def training_run(
         "machine_busy_share": busy / total if total else None,
         "load_average": [load_before, os.getloadavg()],
     }
+
+
+# --------------------------------------------------------------------- what the server itself saw
+
+# vLLM's own metrics (`GET /metrics`): gauges sampled during a run, counters read at its two ends
+GAUGES = {"running": "vllm:num_requests_running", "waiting": "vllm:num_requests_waiting"}
+COUNTERS = {
+    "generation_tokens": "vllm:generation_tokens_total",
+    "prompt_tokens": "vllm:prompt_tokens_total",
+    "preemptions": "vllm:num_preemptions_total",
+    # one sample per batch of engine outputs the API process handles (about one per engine
+    # step, a forward pass over the batch): their number and tokens
+    "engine_steps": "vllm:iteration_tokens_total_count",
+    "step_tokens": "vllm:iteration_tokens_total_sum",
+}
+WATCH_EVERY_S = 1.0
+
+
+class ServerWatch:
+    """What the vLLM server did while the `with` block ran: requests running and waiting in its
+    scheduler (sampled every WATCH_EVERY_S; vLLM's CPU API server runs at most 128 at once,
+    `max_num_seqs`), tokens generated, engine steps and preemptions (counters at the two ends).
+    The client-side `mean_open_requests` also counts the time a reply spends in transit and in
+    the API process; these are the engine's own."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.samples: list[dict[str, float]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self.stop.wait(WATCH_EVERY_S):
+            got = server_counters(self.root, GAUGES)
+            if got:
+                self.samples.append(got)
+
+    def __enter__(self) -> ServerWatch:
+        self.before = server_counters(self.root, COUNTERS)
+        self.t0 = time.perf_counter()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.seconds = time.perf_counter() - self.t0
+        self.after = server_counters(self.root, COUNTERS)
+
+    def summary(self) -> dict[str, Any]:
+        if not (self.before and self.after and self.samples):
+            return {}
+        d = {k: self.after[k] - self.before[k] for k in COUNTERS}
+        return {
+            "generation_tokens_per_s": d["generation_tokens"] / self.seconds,
+            "mean_running": statistics.mean(s["running"] for s in self.samples),
+            "max_running": max(s["running"] for s in self.samples),
+            "mean_waiting": statistics.mean(s["waiting"] for s in self.samples),
+            "engine_steps_per_s": d["engine_steps"] / self.seconds,  # output batches, see COUNTERS
+            "tokens_per_engine_step": d["step_tokens"] / max(d["engine_steps"], 1.0),
+            "prompt_tokens": d["prompt_tokens"],
+            "preemptions": d["preemptions"],
+        }
+
+
+MIX_WINDOW_S = float(os.environ.get("PARAVT_BENCH_MIX_WINDOW_S", "30"))  # a short smoke run: 3
+
+
+def closed_loop(
+    setup: Setup,
+    lengths: Sequence[int],
+    open_n: int,
+    window_s: float = MIX_WINDOW_S,
+    settle_s: float = 5.0,
+) -> dict[str, Any]:
+    """The server's tokens/s for a request mix: `open_n` requests kept open (each finished one
+    replaced at once by the next of `lengths`, cycled), the fixed prompt of every rollout request,
+    measured by the server's own counters over `window_s` after `settle_s`. With the rollouts'
+    own lengths this is the most any schedule can get from this server for their mix at that
+    many open; with uniform lengths, the same method's ceiling for `saturated`'s requests."""
+    client = clients(setup)[0]
+    traj = fixed_prompt(client)
+    done = threading.Event()
+
+    async def worker(k: int) -> None:
+        i = k
+        while not done.is_set():
+            n = lengths[i % len(lengths)]
+            i += open_n
+            await client.generate([traj], SamplingParams(max_new_tokens=n, temperature=1.0))
+
+    async def run() -> dict[str, Any]:
+        workers = [asyncio.create_task(worker(k)) for k in range(open_n)]
+        await asyncio.sleep(settle_s)
+        watch = ServerWatch(setup.root)
+        await asyncio.to_thread(watch.__enter__)
+        await asyncio.sleep(window_s)
+        await asyncio.to_thread(watch.__exit__)
+        done.set()
+        await asyncio.gather(*workers)
+        return watch.summary()
+
+    return {"open": open_n, **asyncio.run(run())}
+
+
+# the closed-loop ceiling's requests open: one step's main agents, twice and three times that
+# (max_staleness 2 keeps ~110 open on average); vLLM runs at most 128 of them at once
+MIX_OPEN = (br.PROMPTS * br.GROUP, 2 * br.PROMPTS * br.GROUP, 3 * br.PROMPTS * br.GROUP)
+
+
+def mix_ceiling(setup: Setup, lengths: Sequence[int]) -> dict[str, Any]:
+    """`closed_loop` at MIX_OPEN with the rollouts' own lengths (`lengths`, as lockstep sent
+    them) and with uniform 128-token requests, in alternating order."""
+    out: dict[str, Any] = {"at": time.strftime("%H:%M:%S"), "load_average": os.getloadavg(),
+                           "mix": [], "uniform_128": []}  # fmt: skip
+    for n in MIX_OPEN:
+        for kind, lens in (("mix", list(lengths)), ("uniform_128", [128])):
+            row = closed_loop(setup, lens, n)
+            out[kind].append(row)
+            print(
+                f"  closed loop, {kind:<11} {n:>3} open: {row.get('generation_tokens_per_s', 0):6.0f}"
+                f" tok/s, server running {row.get('mean_running', 0):5.1f} (max "
+                f"{row.get('max_running', 0):.0f}), waiting {row.get('mean_waiting', 0):5.1f}, "
+                f"{row.get('engine_steps_per_s', 0):5.1f} steps/s",
+                flush=True,
+            )
+    out["load_average_end"] = os.getloadavg()
+    return out
 
 
 def measure_t_token(
@@ -410,7 +546,9 @@ def saturated(setup: Setup) -> dict[str, Any]:
     return out
 
 
-def ceiling(runs: dict[str, list[dict[str, Any]]], sat: list[dict[str, Any]]) -> dict[str, Any]:
+def ceiling(
+    runs: dict[str, list[dict[str, Any]]], sat: list[dict[str, Any]], mix: dict[str, Any]
+) -> dict[str, Any]:
     """What any schedule could gain over lockstep synchronous rollouts, round by round: the
     server's saturated throughput (the better of CEILING_OPEN, the mean of its measurements just
     before and just after the round) over the tokens/s the round's lockstep run achieved; and
@@ -421,12 +559,15 @@ def ceiling(runs: dict[str, list[dict[str, Any]]], sat: list[dict[str, Any]]) ->
     from. A ratio of 2x is out of reach in a round whose ceiling is below 2x. The ceiling is
     measured with uniform 128-token requests started together; in the 07:16 UTC run of
     2026-11-27 the rollouts' own mix got fewer tokens/s with ~110 open than these gave with 56,
-    so it is an upper bound, not a target."""
+    so it is an upper bound, not a target. `mix` (`mix_ceiling`, after the last round) measures
+    the rollouts' own lengths kept open in a closed loop: its best over MIX_OPEN over each round's
+    lockstep tokens/s is `most_any_schedule_gains_mix`, the ceiling for this mix."""
 
     def tok_s(run: dict[str, Any]) -> float:
         return run["server_tokens"] / run["wall_s"]
 
     rounds = []
+    best_mix = max(row.get("generation_tokens_per_s", 0.0) for row in mix["mix"])
     stale2 = runs["async episodes, max_staleness 2 (reference)"]
     for lock, st in zip(runs["lockstep, synchronous"], stale2):
         r = lock["round"]
@@ -438,18 +579,25 @@ def ceiling(runs: dict[str, list[dict[str, Any]]], sat: list[dict[str, Any]]) ->
             {
                 "round": r,
                 "saturated_tokens_per_s": best,
+                "mix_best_tokens_per_s": best_mix,
                 "lockstep_tokens_per_s": tok_s(lock),
                 "staleness_2_tokens_per_s": tok_s(st),
                 "most_any_schedule_gains": best / tok_s(lock),
+                "most_any_schedule_gains_mix": best_mix / tok_s(lock),
                 "staleness_2_over_lockstep": st["episodes_per_s"] / lock["episodes_per_s"],
                 "staleness_2_of_ceiling": tok_s(st) / best,
+                "staleness_2_of_mix_ceiling": tok_s(st) / best_mix,
             }
         )
     return {
         "measurements": sat,
+        "mix_closed_loop": mix,
         "rounds": rounds,
         "most_any_schedule_gains_mean": statistics.mean(
             r["most_any_schedule_gains"] for r in rounds
+        ),
+        "most_any_schedule_gains_mix_mean": statistics.mean(
+            r["most_any_schedule_gains_mix"] for r in rounds
         ),
         "staleness_2_of_ceiling_mean": statistics.mean(r["staleness_2_of_ceiling"] for r in rounds),
     }
@@ -513,7 +661,13 @@ def main() -> None:
                         runs[name].append({**run, "round": r, "seed": seed})
             if not train_s:
                 sat.append(saturated(setup))
-                ceilings = ceiling(runs, sat)
+                # the rollouts' own mix, closed loop, right after the last round (whose lockstep
+                # run is its last or first, by the alternating order)
+                mix = mix_ceiling(setup, runs["lockstep, synchronous"][-1]["lengths"])
+                ceilings = ceiling(runs, sat, mix)
+            for rs in runs.values():
+                for run in rs:
+                    run.pop("lengths", None)
             base = runs["lockstep, synchronous"]
             modes = {}
             for name, rs in runs.items():
@@ -538,6 +692,8 @@ def main() -> None:
                     f"  st {modes[name]['staleness_mean']:.2f}"
                     f"  drain {statistics.mean(r['drain_s_per_step'] for r in rs):.2f} s/step"
                     f"  open {statistics.mean(r['mean_open_requests'] for r in rs):.0f}"
+                    f" (server running {statistics.mean(r['server'].get('mean_running', 0) for r in rs):.0f},"
+                    f" waiting {statistics.mean(r['server'].get('mean_waiting', 0) for r in rs):.0f})"
                     f"  client {statistics.mean(r['client_cores'] for r in rs):.2f} cores,"
                     f" machine busy {statistics.mean(r['machine_busy_share'] or 0 for r in rs):.2f}"
                     f"  load {os.getloadavg()[0]:.1f}",
@@ -588,9 +744,11 @@ def main() -> None:
         print(
             f"round {c['round']}: the server's saturated throughput is "
             f"{c['most_any_schedule_gains']:.2f}x lockstep's ({c['saturated_tokens_per_s']:.0f} "
-            f"vs {c['lockstep_tokens_per_s']:.0f} tok/s); max_staleness 2 "
-            f"{c['staleness_2_over_lockstep']:.2f}x lockstep, {c['staleness_2_of_ceiling']:.0%} "
-            "of the ceiling"
+            f"vs {c['lockstep_tokens_per_s']:.0f} tok/s), for the rollouts' own mix "
+            f"{c['most_any_schedule_gains_mix']:.2f}x ({c['mix_best_tokens_per_s']:.0f} tok/s); "
+            f"max_staleness 2 {c['staleness_2_over_lockstep']:.2f}x lockstep, "
+            f"{c['staleness_2_of_ceiling']:.0%} of the ceiling, "
+            f"{c['staleness_2_of_mix_ceiling']:.0%} of the mix's"
         )
     print(f"load average start {load_start}, end {os.getloadavg()} ({os.cpu_count()} CPUs)")
     print(f"wrote {RESULTS}")

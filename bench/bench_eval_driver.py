@@ -858,17 +858,19 @@ SERVER_COUNTERS = {
 }
 
 
-def server_counters(base_url: str) -> dict[str, float]:
-    """The server's counters in SERVER_COUNTERS, summed over their labels ({} if unreadable)."""
+def server_counters(base_url: str, names: dict[str, str] | None = None) -> dict[str, float]:
+    """The server's metrics in `names` ({our key: vLLM's metric name}, SERVER_COUNTERS by
+    default), each summed over its labels ({} if unreadable)."""
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
 
+    names = SERVER_COUNTERS if names is None else names
     try:
         text = httpx.get(base_url.removesuffix("/v1") + "/metrics", timeout=30).text
     except httpx.HTTPError:
         return {}
-    wanted = {v: k for k, v in SERVER_COUNTERS.items()}
-    out = dict.fromkeys(SERVER_COUNTERS, 0.0)
+    wanted = {v: k for k, v in names.items()}
+    out = dict.fromkeys(names, 0.0)
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name in wanted:
