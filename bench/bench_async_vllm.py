@@ -98,6 +98,11 @@ WARMUP_STEPS = 2  # untimed, before the first timed run: vLLM compiles kernels f
 CHUNKED_PREFILL = os.environ.get("PARAVT_BENCH_CHUNKED_PREFILL", "0") == "1"
 if CHUNKED_PREFILL:
     RESULTS = RESULTS.with_name("async_vllm_chunked_prefill.json")
+# vLLM runs at most max_num_seqs requests at once: 128 on its CPU API server, 1024 on an H100
+# (`EngineArgs._set_default_max_num_seqs_and_batched_tokens_args`); max_staleness 2's bursts after
+# each push reach 128 here. PARAVT_BENCH_MAX_NUM_SEQS=256 serves both modes with a higher cap and
+# writes its own JSON (`..._seqs256.json`)
+MAX_NUM_SEQS = os.environ.get("PARAVT_BENCH_MAX_NUM_SEQS", "")
 T_TOKEN_8B = 0.025  # bench_rollout's per-token time of the 8B server at load (s)
 TRAIN_8B_S = 60.0  # bench_rollout's guess of one 8B update on 7 GPUs (s)
 MODES = {  # name: (episode schedule, max_staleness)
@@ -121,6 +126,8 @@ if ONLY:
     keep = ("lockstep, synchronous", "async episodes, max_staleness 2 (reference)")
     MODES = {k: v for k, v in MODES.items() if k in keep or any(m in k for m in ONLY)}
     RESULTS = RESULTS.with_name(RESULTS.stem + "_modes.json")
+if MAX_NUM_SEQS:
+    RESULTS = RESULTS.with_name(f"{RESULTS.stem}_seqs{MAX_NUM_SEQS}.json")
 
 
 # ------------------------------------------------------------------- the plan, generated for real
@@ -626,8 +633,9 @@ def main() -> None:
         weights += load_file(str(shard)).items()
     processor = AutoProcessor.from_pretrained(str(checkpoint))
     results: dict[str, Any] = {}
+    extra = ["--max-num-seqs", MAX_NUM_SEQS] if MAX_NUM_SEQS else []
     with serve_vllm(
-        python, checkpoint, work / "server.log", chunked_prefill=CHUNKED_PREFILL
+        python, checkpoint, work / "server.log", chunked_prefill=CHUNKED_PREFILL, extra_args=extra
     ) as server:
         root = server.root
         setup = Setup(root, checkpoint, processor, weights, work / "weights", 1.0)
@@ -730,6 +738,7 @@ def main() -> None:
         "load_average_end": os.getloadavg(),
         "rounds": ROUNDS,
         "chunked_prefill": CHUNKED_PREFILL,
+        "max_num_seqs": int(MAX_NUM_SEQS) if MAX_NUM_SEQS else "vLLM's default (128 on CPU)",
         "warmup_steps": WARMUP_STEPS,
         "load_note": "each run's load average before and after is in its row; the server and the "
         "7 rank threads are themselves the load on a 2-CPU machine",
