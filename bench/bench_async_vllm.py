@@ -35,7 +35,15 @@ ones; each run's ratio is against lockstep of its own round. Before each round o
 row and after the last, the server's saturated throughput (the same prompt, 56 and 168 requests
 open, 128 tokens each): the most any schedule can get from this server, which moves between runs
 on a shared machine; each round's ceiling over lockstep, and max_staleness 2's share of it, are in
-the JSON (`ceiling_rollouts_only`). PARAVT_BENCH_TRAINING=0 leaves out the
+the JSON (`ceiling_rollouts_only`). After the last round, `mix_ceiling`: the rollouts' own request
+lengths (lockstep's) kept open in a closed loop at 56, 112 and 168 requests, and uniform 128-token
+requests the same way, measured by the server's own counters: the ceiling for this mix
+(`most_any_schedule_gains_mix`). Every run also records the server's own view (`server`: vLLM's
+`/metrics`, requests running and waiting sampled every second, its generated tokens/s);
+the gauges keep their last value while the server is idle, so their means are approximate;
+`mean_in_server`, `mean_queued` and `mean_scheduled` are exact time averages from its latency
+counters.
+PARAVT_BENCH_TRAINING=0 leaves out the
 rows with training time (rollouts only took 21-25 minutes on 2 CPUs; with them, about twice that).
 Writes bench/results/async_vllm.json with every run's load average before and after: the absolute
 numbers move with the machine's load; the ratios are measured back to back.
@@ -400,6 +408,13 @@ COUNTERS = {
     # step, a forward pass over the batch): their number and tokens
     "engine_steps": "vllm:iteration_tokens_total_count",
     "step_tokens": "vllm:iteration_tokens_total_sum",
+    # summed over the requests finished: seconds in the server (arrival to reply), waiting in
+    # its queue, prefilling and decoding. Over a run's seconds, the mean number of requests in
+    # each state, time-weighted (a request counts when it finishes)
+    "e2e_s": "vllm:e2e_request_latency_seconds_sum",
+    "queue_s": "vllm:request_queue_time_seconds_sum",
+    "prefill_s": "vllm:request_prefill_time_seconds_sum",
+    "decode_s": "vllm:request_decode_time_seconds_sum",
 }
 WATCH_EVERY_S = 1.0
 
@@ -448,6 +463,9 @@ class ServerWatch:
             "tokens_per_engine_step": d["step_tokens"] / max(d["engine_steps"], 1.0),
             "prompt_tokens": d["prompt_tokens"],
             "preemptions": d["preemptions"],
+            "mean_in_server": d["e2e_s"] / self.seconds,
+            "mean_queued": d["queue_s"] / self.seconds,
+            "mean_scheduled": (d["prefill_s"] + d["decode_s"]) / self.seconds,
         }
 
 
@@ -507,9 +525,8 @@ def mix_ceiling(setup: Setup, lengths: Sequence[int]) -> dict[str, Any]:
             out[kind].append(row)
             print(
                 f"  closed loop, {kind:<11} {n:>3} open: {row.get('generation_tokens_per_s', 0):6.0f}"
-                f" tok/s, server running {row.get('mean_running', 0):5.1f} (max "
-                f"{row.get('max_running', 0):.0f}), waiting {row.get('mean_waiting', 0):5.1f}, "
-                f"{row.get('engine_steps_per_s', 0):5.1f} steps/s",
+                f" tok/s, server: scheduled {row.get('mean_scheduled', 0):5.1f}, queued "
+                f"{row.get('mean_queued', 0):5.1f}, in the server {row.get('mean_in_server', 0):5.1f}",
                 flush=True,
             )
     out["load_average_end"] = os.getloadavg()
@@ -610,6 +627,11 @@ def ceiling(
     }
 
 
+def mean_of(runs: list[dict[str, Any]], key: str) -> float:
+    """The mean over `runs` of their server view's `key` (0 where a run has none)."""
+    return statistics.mean(r["server"].get(key, 0.0) for r in runs)
+
+
 def main() -> None:
     python = os.environ.get("PARAVT_VLLM_PYTHON", "")
     if not Path(python).is_file():
@@ -700,8 +722,8 @@ def main() -> None:
                     f"  st {modes[name]['staleness_mean']:.2f}"
                     f"  drain {statistics.mean(r['drain_s_per_step'] for r in rs):.2f} s/step"
                     f"  open {statistics.mean(r['mean_open_requests'] for r in rs):.0f}"
-                    f" (server running {statistics.mean(r['server'].get('mean_running', 0) for r in rs):.0f},"
-                    f" waiting {statistics.mean(r['server'].get('mean_waiting', 0) for r in rs):.0f})"
+                    f" (server: scheduled {mean_of(rs, 'mean_scheduled'):.0f},"
+                    f" queued {mean_of(rs, 'mean_queued'):.0f})"
                     f"  client {statistics.mean(r['client_cores'] for r in rs):.2f} cores,"
                     f" machine busy {statistics.mean(r['machine_busy_share'] or 0 for r in rs):.2f}"
                     f"  load {os.getloadavg()[0]:.1f}",
