@@ -136,6 +136,8 @@ if ONLY:
     RESULTS = RESULTS.with_name(RESULTS.stem + "_modes.json")
 if MAX_NUM_SEQS:
     RESULTS = RESULTS.with_name(f"{RESULTS.stem}_seqs{MAX_NUM_SEQS}.json")
+if os.environ.get("PARAVT_BENCH_TAG"):  # another run of the same settings, kept beside the others
+    RESULTS = RESULTS.with_name(f"{RESULTS.stem}_{os.environ['PARAVT_BENCH_TAG']}.json")
 
 
 # ------------------------------------------------------------------- the plan, generated for real
