@@ -582,12 +582,13 @@ def ceiling(
     throughput-bound (each open request costs nearly as much as the step's fixed part), so running
     ahead can only fill the idle capacity of the synchronous steps' tails; bench_rollout's 8B
     server batches nearly for free (15 ms + 0.15 ms per open request), which is where 2x comes
-    from. A ratio of 2x is out of reach in a round whose ceiling is below 2x. The ceiling is
-    measured with uniform 128-token requests started together; in the 07:16 UTC run of
-    2026-11-27 the rollouts' own mix got fewer tokens/s with ~110 open than these gave with 56,
-    so it is an upper bound, not a target. `mix` (`mix_ceiling`, after the last round) measures
-    the rollouts' own lengths kept open in a closed loop: its best over MIX_OPEN over each round's
-    lockstep tokens/s is `most_any_schedule_gains_mix`, the ceiling for this mix."""
+    from. A ratio of 2x is out of reach in a round whose ceiling is below 2x. This ceiling is
+    measured with uniform 128-token requests started together, not the rollouts' mix. `mix`
+    (`mix_ceiling`, after the last round) keeps the rollouts' own lengths open in a closed loop:
+    its best over MIX_OPEN over each round's lockstep tokens/s is `most_any_schedule_gains_mix`,
+    the ceiling for this mix. (Requests open at the client are not requests at the engine: the
+    client counts its gate's holds and the server's HTTP front end; `ServerWatch` has the
+    engine's own figures.)"""
 
     def tok_s(run: dict[str, Any]) -> float:
         return run["server_tokens"] / run["wall_s"]
