@@ -355,12 +355,7 @@ def training_run(
     threads = [threading.Thread(target=rank_loop, args=(r,)) for r in range(br.PROMPTS)]
     cpu0, machine0 = time.process_time(), machine_cpu()
     with ServerWatch(setup.root) as watch:
-        t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t0
+        wall = br.run_threads(threads)
     client_cpu, (busy, total) = time.process_time() - cpu0, machine_cpu(machine0)
     if errors:
         raise errors[0]

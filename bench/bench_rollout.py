@@ -334,6 +334,16 @@ MODES = {  # name: (episode schedule, max_staleness)
 }
 
 
+def run_threads(threads: list[threading.Thread]) -> float:
+    """Start every thread, wait for all; the wall seconds they took."""
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0
+
+
 def training_run(
     schedule: str, max_staleness: int, seed: int, train_s: float, sync_s: float
 ) -> dict[str, float]:
@@ -377,13 +387,7 @@ def training_run(
             errors.append(exc)
             meet.abort()
 
-    threads = [threading.Thread(target=rank_loop, args=(r,)) for r in range(PROMPTS)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
+    wall = run_threads([threading.Thread(target=rank_loop, args=(r,)) for r in range(PROMPTS)])
     if errors:
         raise errors[0]
     episodes = PROMPTS * GROUP * STEPS
