@@ -401,8 +401,8 @@ COUNTERS = {
     "generation_tokens": "vllm:generation_tokens_total",
     "prompt_tokens": "vllm:prompt_tokens_total",
     "preemptions": "vllm:num_preemptions_total",
-    # one sample per batch of engine outputs the API process handles (about one per engine
-    # step, a forward pass over the batch): their number and tokens
+    # one sample per batch of engine outputs the API process handles: their number and tokens
+    # (not one per engine step: in these runs a batch held fewer tokens than requests running)
     "engine_steps": "vllm:iteration_tokens_total_count",
     "step_tokens": "vllm:iteration_tokens_total_sum",
     # summed over the requests finished: seconds in the server (arrival to reply), waiting in
@@ -420,8 +420,8 @@ class ServerWatch:
     """What the vLLM server did while the `with` block ran: requests running and waiting in its
     scheduler (sampled every WATCH_EVERY_S; vLLM's CPU API server runs at most 128 at once,
     `max_num_seqs`), tokens generated, engine steps and preemptions (counters at the two ends).
-    The client-side `mean_open_requests` also counts the time a reply spends in transit and in
-    the API process; these are the engine's own."""
+    The client-side `mean_open_requests` also counts waits at the client's held gate and the
+    time a request spends in transit and in the API process; these are the engine's own."""
 
     def __init__(self, root: str) -> None:
         self.root = root
