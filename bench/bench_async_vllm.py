@@ -39,10 +39,10 @@ the JSON (`ceiling_rollouts_only`). After the last round, `mix_ceiling`: the rol
 lengths (lockstep's) kept open in a closed loop at 56, 112 and 168 requests, and uniform 128-token
 requests the same way, measured by the server's own counters: the ceiling for this mix
 (`most_any_schedule_gains_mix`). Every run also records the server's own view (`server`: vLLM's
-`/metrics`, requests running and waiting sampled every second, its generated tokens/s);
-the gauges keep their last value while the server is idle, so their means are approximate;
-`mean_in_server`, `mean_queued` and `mean_scheduled` are exact time averages from its latency
-counters.
+`/metrics` counters at the run's two ends: its generated tokens/s, and from its latency counters
+the time-averaged requests in the server, queued and scheduled: `mean_in_server`, `mean_queued`,
+`mean_scheduled`; runs before 2026-11-27 09:23 UTC sampled vLLM's running/waiting gauges
+instead, which keep their last value while the server is idle).
 PARAVT_BENCH_TRAINING=0 leaves out the
 rows with training time (rollouts only took 21-25 minutes on 2 CPUs; with them, about twice that).
 Writes bench/results/async_vllm.json with every run's load average before and after: the absolute
@@ -381,7 +381,7 @@ def training_run(
         # wait is the push's drain (seconds per step)
         "drain_s_per_step": max(c.gate.waited_s for c in ranks) / steps,
         "reply_versions": versions,
-        # the server's own view (vLLM's metrics): requests running and waiting, its tokens/s
+        # the server's own view (vLLM's counters): its tokens/s, requests queued and scheduled
         "server": watch.summary(),
         "lengths": [n for e in engines for n in e.lengths],  # dropped before the JSON
         # CPU: this process (the 7 rank threads, their runtimes and engines) and the machine's
@@ -395,16 +395,11 @@ def training_run(
 
 # --------------------------------------------------------------------- what the server itself saw
 
-# vLLM's own metrics (`GET /metrics`): gauges sampled during a run, counters read at its two ends
-GAUGES = {"running": "vllm:num_requests_running", "waiting": "vllm:num_requests_waiting"}
+# vLLM's own counters (`GET /metrics`), read at the two ends of a run
 COUNTERS = {
     "generation_tokens": "vllm:generation_tokens_total",
     "prompt_tokens": "vllm:prompt_tokens_total",
     "preemptions": "vllm:num_preemptions_total",
-    # one sample per batch of engine outputs the API process handles: their number and tokens
-    # (not one per engine step: in these runs a batch held fewer tokens than requests running)
-    "engine_steps": "vllm:iteration_tokens_total_count",
-    "step_tokens": "vllm:iteration_tokens_total_sum",
     # summed over the requests finished: seconds in the server (arrival to reply), waiting in
     # its queue, prefilling and decoding. Over a run's seconds, the mean number of requests in
     # each state, time-weighted (a request counts when it finishes)
@@ -413,51 +408,44 @@ COUNTERS = {
     "prefill_s": "vllm:request_prefill_time_seconds_sum",
     "decode_s": "vllm:request_decode_time_seconds_sum",
 }
-WATCH_EVERY_S = 1.0
 
 
 class ServerWatch:
-    """What the vLLM server did while the `with` block ran: requests running and waiting in its
-    scheduler (sampled every WATCH_EVERY_S; vLLM's CPU API server runs at most 128 at once,
-    `max_num_seqs`), tokens generated, engine steps and preemptions (counters at the two ends).
-    The client-side `mean_open_requests` also counts waits at the client's held gate and the
-    time a request spends in transit and in the API process; these are the engine's own."""
+    """What the vLLM server did between `start` and `stop` (or over a `with` block), from its own
+    counters: tokens generated per second and the time-averaged requests in the server, queued
+    and scheduled. The client-side `mean_open_requests` also counts waits at the client's held
+    gate and the time a request spends in transit and in vLLM's HTTP front end; these are the
+    engine's own. Raises if the server's `/metrics` cannot be read (a run without them would
+    report zeros)."""
 
     def __init__(self, root: str) -> None:
         self.root = root
-        self.samples: list[dict[str, float]] = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._poll, daemon=True)
 
-    def _poll(self) -> None:
-        while not self.stop.wait(WATCH_EVERY_S):
-            got = server_counters(self.root, GAUGES)
-            if got:
-                self.samples.append(got)
+    def _read(self) -> dict[str, float]:
+        got = server_counters(self.root, COUNTERS)
+        if not got:
+            raise RuntimeError(f"could not read {self.root}/metrics (vLLM's Prometheus counters)")
+        return got
+
+    def start(self) -> None:
+        self.before = self._read()
+        self.t0 = time.perf_counter()
+
+    def stop(self) -> None:
+        self.seconds = time.perf_counter() - self.t0
+        self.after = self._read()
 
     def __enter__(self) -> ServerWatch:
-        self.before = server_counters(self.root, COUNTERS)
-        self.t0 = time.perf_counter()
-        self.thread.start()
+        self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
-        self.seconds = time.perf_counter() - self.t0
-        self.after = server_counters(self.root, COUNTERS)
+        self.stop()
 
-    def summary(self) -> dict[str, Any]:
-        if not (self.before and self.after and self.samples):
-            return {}
+    def summary(self) -> dict[str, float]:
         d = {k: self.after[k] - self.before[k] for k in COUNTERS}
         return {
             "generation_tokens_per_s": d["generation_tokens"] / self.seconds,
-            "mean_running": statistics.mean(s["running"] for s in self.samples),
-            "max_running": max(s["running"] for s in self.samples),
-            "mean_waiting": statistics.mean(s["waiting"] for s in self.samples),
-            "engine_steps_per_s": d["engine_steps"] / self.seconds,  # output batches, see COUNTERS
-            "tokens_per_engine_step": d["step_tokens"] / max(d["engine_steps"], 1.0),
             "prompt_tokens": d["prompt_tokens"],
             "preemptions": d["preemptions"],
             "mean_in_server": d["e2e_s"] / self.seconds,
@@ -496,9 +484,9 @@ def closed_loop(
         workers = [asyncio.create_task(worker(k)) for k in range(open_n)]
         await asyncio.sleep(settle_s)
         watch = ServerWatch(setup.root)
-        await asyncio.to_thread(watch.__enter__)
+        await asyncio.to_thread(watch.start)
         await asyncio.sleep(window_s)
-        await asyncio.to_thread(watch.__exit__)
+        await asyncio.to_thread(watch.stop)
         done.set()
         await asyncio.gather(*workers)
         return watch.summary()
@@ -521,9 +509,9 @@ def mix_ceiling(setup: Setup, lengths: Sequence[int]) -> dict[str, Any]:
             row = closed_loop(setup, lens, n)
             out[kind].append(row)
             print(
-                f"  closed loop, {kind:<11} {n:>3} open: {row.get('generation_tokens_per_s', 0):6.0f}"
-                f" tok/s, server: scheduled {row.get('mean_scheduled', 0):5.1f}, queued "
-                f"{row.get('mean_queued', 0):5.1f}, in the server {row.get('mean_in_server', 0):5.1f}",
+                f"  closed loop, {kind:<11} {n:>3} open: {row['generation_tokens_per_s']:6.0f}"
+                f" tok/s, server: scheduled {row['mean_scheduled']:5.1f}, queued "
+                f"{row['mean_queued']:5.1f}, in the server {row['mean_in_server']:5.1f}",
                 flush=True,
             )
     out["load_average_end"] = os.getloadavg()
@@ -589,7 +577,7 @@ def ceiling(
         return run["server_tokens"] / run["wall_s"]
 
     rounds = []
-    best_mix = max(row.get("generation_tokens_per_s", 0.0) for row in mix["mix"])
+    best_mix = max(row["generation_tokens_per_s"] for row in mix["mix"])
     stale2 = runs["async episodes, max_staleness 2 (reference)"]
     for lock, st in zip(runs["lockstep, synchronous"], stale2):
         r = lock["round"]
@@ -626,8 +614,8 @@ def ceiling(
 
 
 def mean_of(runs: list[dict[str, Any]], key: str) -> float:
-    """The mean over `runs` of their server view's `key` (0 where a run has none)."""
-    return statistics.mean(r["server"].get(key, 0.0) for r in runs)
+    """The mean over `runs` of their server view's `key`."""
+    return statistics.mean(r["server"][key] for r in runs)
 
 
 def main() -> None:
