@@ -376,6 +376,24 @@ import json, os, sys, time
 import qwen_vl_utils.vision_process  # imported before the timer, as the driver's utils imports it
 from paravt.eval import lmms_model
 generate_until = lmms_model.ParaVT.generate_until
+MARK = {}
+if os.environ.get("BENCH_PREDECODE"):  # the control: every sample prepared before the clock
+    from paravt.eval.agent import EvalAgent
+    agent_run = EvalAgent.run
+    def predecoded_run(self, samples, on_done=None):
+        t, c = time.perf_counter(), time.process_time()
+        memo = {}
+        for s in samples:
+            try:
+                memo[id(s)] = self.prepare(s)
+            except Exception:  # left to the timed run, which errors the sample the same way
+                pass
+        prepare = self.prepare
+        self.prepare = lambda s: memo[id(s)] if id(s) in memo else prepare(s)
+        MARK.update(t=time.perf_counter(), c=time.process_time(), s=time.perf_counter() - t,
+                    cs=time.process_time() - c)
+        return agent_run(self, samples, on_done)
+    EvalAgent.run = predecoded_run
 def timed(self, requests):
     go = os.environ.get("BENCH_GO")
     if go:  # paired runs: both sides start their timed phase together
@@ -384,9 +402,11 @@ def timed(self, requests):
             time.sleep(0.05)
     t0, c0 = time.perf_counter(), time.process_time()
     out = generate_until(self, requests)
-    json.dump({"seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0,
-               "requests": len(requests),
-               "start_epoch": time.time() - (time.perf_counter() - t0)},
+    t1, c1 = time.perf_counter(), time.process_time()
+    t0, c0 = MARK.get("t", t0), MARK.get("c", c0)  # the control's clock starts once prepared
+    json.dump({"seconds": t1 - t0, "cpu_seconds": c1 - c0, "requests": len(requests),
+               "start_epoch": time.time() - (time.perf_counter() - t0),
+               "predecode_seconds": MARK.get("s"), "predecode_cpu_seconds": MARK.get("cs")},
               open(os.environ["BENCH_TIMING"], "w"))
     return out
 lmms_model.ParaVT.generate_until = timed
@@ -404,7 +424,11 @@ def run_ours(
     barrier: dict[str, str] | None = None,
     tasks: tuple[str, ...] = (MCQ_TASK, GROUNDING_TASK),
     prepare_ahead: int | None = None,
+    predecode: bool = False,
 ) -> dict[str, Any]:
+    """Ours through the lmms-eval CLI; timed: its `generate_until`. With `predecode`, every
+    sample's overview is decoded and its prompt built before the clock starts (a control: ours
+    without the client's decoding on the cores it shares with the server)."""
     out.mkdir(parents=True, exist_ok=True)
     traces = out / "traces.jsonl"
     timing = out / "timing.json"
@@ -417,7 +441,8 @@ def run_ours(
         "--tasks", ",".join(tasks), "--include_path", str(ws["tasks"]),
         "--output_path", str(out / "lmms"), "--log_samples",
     ]  # fmt: skip
-    env = bench_env(ws, args, timing, TRANSFORMERS_OFFLINE="1", **(barrier or {}))
+    extra = dict(barrier or {}, **({"BENCH_PREDECODE": "1"} if predecode else {}))
+    env = bench_env(ws, args, timing, TRANSFORMERS_OFFLINE="1", **extra)
     t0 = time.perf_counter()
     proc, cpu_samples = run_sampled(
         [sys.executable, "-c", OURS_LAUNCHER], env=env, timeout=7200, cwd=out
@@ -449,6 +474,14 @@ def run_ours(
         ),
         "wall_seconds": round(wall, 3),
         "samples_per_s_wall": round(samples / wall, 4),
+        **(
+            {
+                "predecode_seconds": round(timed["predecode_seconds"], 3),
+                "predecode_cpu_seconds": round(timed["predecode_cpu_seconds"], 3),
+            }
+            if predecode
+            else {}
+        ),
         "errored": sum(1 for t in trace_rows if t.get("error")),
         "tool_calls": sum(t.get("num_tool_calls", 0) for t in trace_rows),
         # per sample: decoding its overview (before its slot, or inside it with prepare_ahead 0)
@@ -925,6 +958,7 @@ def round_order(names: list[str], rep: int) -> list[str]:
 def measure(
     repo: Path, ws: dict[str, Any], base_url: str, bodies: list[dict[str, Any]], work: Path,
     in_flight: int, reps: int, ahead_control: bool = False, split_control: bool = False,
+    predecode_control: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """`reps` rounds of the driver, ours and the replay, each round in its `round_order` (the
     machine's load drifts); samples/s of each is the median over rounds, the ratio the median of
@@ -946,6 +980,10 @@ def measure(
             steps["ours_ahead0"] = lambda w=where: run_ours(
                 ws, base_url, in_flight, w / "ours_ahead0", prepare_ahead=0
             )
+        if predecode_control:  # ours with every overview decoded before its clock starts
+            steps["ours_predecoded"] = lambda w=where: run_ours(
+                ws, base_url, in_flight, w / "ours_predecoded", predecode=True
+            )
         if split_control:  # ours one split at a time, as the driver runs (its schedule)
             steps["ours_split"] = lambda w=where: run_ours_split(ws, base_url, in_flight, w)
         order = round_order(list(steps), rep)
@@ -954,7 +992,7 @@ def measure(
                 f"in flight {in_flight} round {rep} {name}", steps[name], base_url
             )
         kept["driver"] = {k: v for k, v in results["driver"].items() if k != "results"}
-        for name in ("ours", "ours_ahead0", "ours_split"):
+        for name in ("ours", "ours_ahead0", "ours_split", "ours_predecoded"):
             if name in results:
                 kept[name] = {
                     k: v for k, v in results[name].items() if k not in ("logged", "traces")
@@ -1001,7 +1039,7 @@ def measure(
         ),
         3,
     )
-    for name in ("driver", "ours", "server", "ours_split"):
+    for name in ("driver", "ours", "server", "ours_split", "ours_predecoded"):
         if all("occupancy" in r.get(name, {}) for r in rounds):
             row[f"{name}_occupancy"] = round(
                 statistics.median(r[name]["occupancy"] for r in rounds), 3
@@ -1012,6 +1050,17 @@ def measure(
         row["ahead_over_ahead0"] = round(
             statistics.median(
                 r["ours"]["samples_per_s"] / r["ours_ahead0"]["samples_per_s"] for r in rounds
+            ),
+            3,
+        )
+    if predecode_control:
+        row["ours_predecoded_samples_per_s"] = median("ours_predecoded")
+        row["predecoded_over_server"] = round(
+            row["ours_predecoded_samples_per_s"] / row["server_samples_per_s"], 3
+        )
+        row["predecoded_over_ours"] = round(
+            statistics.median(
+                r["ours_predecoded"]["samples_per_s"] / r["ours"]["samples_per_s"] for r in rounds
             ),
             3,
         )
@@ -1124,6 +1173,12 @@ def main() -> None:
         "schedule) beside ours with both tasks in one pool",
     )
     parser.add_argument(
+        "--predecode-control",
+        action="store_true",
+        help="each round also runs ours with every sample's overview decoded before its clock "
+        "starts: ours without the client's decoding on the cores it shares with the server",
+    )
+    parser.add_argument(
         "--results",
         type=Path,
         default=RESULTS,
@@ -1185,7 +1240,7 @@ def main() -> None:
             bodies = [first[k] for k in sorted(keys, key=lambda k: k[0] != "mcq")]
             row = measure(
                 repo, ws, base_url, bodies, work, c, reps, args.prepare_ahead_control,
-                args.split_control,
+                args.split_control, args.predecode_control,
             )  # fmt: skip
             row["samples"] = 2 * ws["n"]
             if args.paired:
@@ -1200,6 +1255,13 @@ def main() -> None:
                 f"{row.get('ours_occupancy')}, replay {row.get('server_occupancy')}",
                 flush=True,
             )
+            if "ours_predecoded_samples_per_s" in row:
+                print(
+                    f"  ours with every overview decoded before the clock: "
+                    f"{row['ours_predecoded_samples_per_s']:.3f}/s, over the replay "
+                    f"{row['predecoded_over_server']:.2f}, over ours {row['predecoded_over_ours']:.2f}",
+                    flush=True,
+                )
     write(rows, check, stand_in_rows, args, load_start, base_url)
 
 
