@@ -911,12 +911,58 @@ def server_counters(base_url: str, names: dict[str, str] | None = None) -> dict[
     return out
 
 
+SERVER_PID: list[int] = []  # the vLLM server this bench started (none with --vllm-url)
+
+
+def server_cpu_seconds() -> float | None:
+    """CPU seconds (user + system) used so far by the server this bench started: its API
+    process and every child (the engine core)."""
+    import psutil
+
+    if not SERVER_PID:
+        return None
+    try:
+        root = psutil.Process(SERVER_PID[0])
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    total = 0.0
+    for proc in tree:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
+def machine_cpu() -> dict[str, float]:
+    """The machine's CPU time so far, in seconds summed over its cores (`/proc/stat`): busy, idle
+    and stolen (time the hypervisor gave the cores to another machine)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    hz = os.sysconf("SC_CLK_TCK")
+    return {
+        "busy": (user + nice + system + irq + softirq) / hz,
+        "idle": (idle + iowait) / hz,
+        "steal": steal / hz,
+    }
+
+
 def _timed(what: str, fn: Any, base_url: str | None = None) -> dict[str, Any]:
     before = load()
     counters = server_counters(base_url) if base_url else {}
     t0 = time.strftime("%H:%M:%S")
+    server0, machine0, wall0 = server_cpu_seconds(), machine_cpu(), time.perf_counter()
     out = fn()
+    server1, machine1, wall = server_cpu_seconds(), machine_cpu(), time.perf_counter() - wall0
     out["load_average"] = [before, load()]
+    # where the cores went over the whole run (the client's start-up included): the server's
+    # own processes, the machine's busy / idle / stolen time, in cores on average
+    out["cores"] = {k: round((machine1[k] - machine0[k]) / wall, 3) for k in machine0}
+    if server0 is not None and server1 is not None:
+        out["cores"]["server"] = round((server1 - server0) / wall, 3)
+        out["server_cpu_seconds"] = round(server1 - server0, 3)
     extra = ""
     if counters:
         after = server_counters(base_url or "")
@@ -929,12 +975,19 @@ def _timed(what: str, fn: Any, base_url: str | None = None) -> dict[str, Any]:
         }
         if seconds:
             side["generation_tokens_per_s"] = round(side["generation_tokens"] / seconds, 1)
+        if "server_cpu_seconds" in out and side["generation_tokens"]:
+            # the server's CPU per token: flat when the server is only kept waiting, higher when
+            # each token cost it more (slower cores, or its threads contending)
+            side["server_cpu_ms_per_token"] = round(
+                1000 * out["server_cpu_seconds"] / side["generation_tokens"], 3
+            )
         out["server_side"] = side
         extra = (
             f", server: {side['requests']:.0f} requests, {side['generation_tokens']:.0f} gen "
             f"tokens ({side.get('generation_tokens_per_s', 0):.0f}/s), mean queue "
             f"{side['mean_queue_s']:.2f} s, prefill {side['mean_prefill_s']:.2f} s, decode "
-            f"{side['mean_decode_s']:.2f} s"
+            f"{side['mean_decode_s']:.2f} s, cores {out['cores']}, server CPU/token "
+            f"{side.get('server_cpu_ms_per_token')} ms"
         )
     print(
         f"  {t0} {what}: {out['samples_per_s']:.3f} samples/s, load {before} -> "
@@ -1278,6 +1331,7 @@ def contextlib_server(args: Any, checkpoint: Path, work: Path) -> Iterator[str]:
         args.vllm_python, checkpoint, work / "server.log", served_name=SERVED,
         extra_args=SERVER_ARGS, dev_mode=False, chunked_prefill=True, start_s=900,
     ) as server:  # fmt: skip
+        SERVER_PID[:] = [server.pid]
         yield server.base_url
 
 
