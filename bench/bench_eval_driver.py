@@ -48,7 +48,15 @@ requests arrive); the server's speed, which moves by tens of percent between run
 machine, hardly moves it. And the replay's rate with ours' client CPU (its timed phase's, mostly
 decoding) added, spread over every core: the replay skips decoding, but a client on this machine
 decodes on the server's cores.
-`--split-control` also runs ours one split at a time (the driver's schedule) in each round.
+`--split-control` also runs ours one split at a time (the driver's schedule) in each round;
+`--predecode-control` also runs ours with every overview decoded before its clock starts (ours
+without the client's decoding on the server's cores). Each run also records where the cores went
+(the server's processes, the machine's busy / idle / stolen time, `/proc/stat`) and the server's
+CPU per generated token: the same requests cost the server more or less CPU from run to run, and
+a run's samples/s follows it.
+
+Rounds run in `round_order`: each rotation of the runs, then its reverse, so that every two runs
+go in each order equally often over an even number of rounds.
 
 Timing: each system's evaluation phase (the driver: its `run_dataset`, summed over the two
 datasets; ours: the plugin's `generate_until`, both tasks), and each process's wall time
