@@ -71,7 +71,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 import bench_rollout as br
-from bench_eval_driver import server_counters
+from bench_eval_driver import machine_cpu, server_counters
 
 from paravt.core import (
     AgentTask,
@@ -200,20 +200,6 @@ class ScaledToolbox(br.SimToolbox):
         turn = len(self.calls) + 1
         await asyncio.sleep(self.plan.decode_s(self.episode, turn) * self.scale)
         return await br.StaticToolbox.execute(self, calls)
-
-
-def machine_cpu(since: tuple[float, float] | None = None) -> tuple[float, float]:
-    """(busy, total) CPU jiffies of the whole machine from /proc/stat, or their change since
-    `since`; (0, 0) where /proc/stat is missing."""
-    try:
-        fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except OSError:
-        return (0.0, 0.0)
-    total = sum(fields[:8])  # user nice system idle iowait irq softirq steal
-    busy = total - fields[3] - fields[4]
-    if since is None:
-        return (busy, total)
-    return (busy - since[0], total - since[1])
 
 
 def tasks(plan: br.Plan, rank: int, step: int, scale: float) -> list[AgentTask]:
@@ -356,7 +342,9 @@ def training_run(
     cpu0, machine0 = time.process_time(), machine_cpu()
     with ServerWatch(setup.root) as watch:
         wall = br.run_threads(threads)
-    client_cpu, (busy, total) = time.process_time() - cpu0, machine_cpu(machine0)
+    client_cpu, machine1 = time.process_time() - cpu0, machine_cpu()
+    busy = machine1["busy"] - machine0["busy"] if machine0 else 0.0
+    total = sum(machine1[k] - machine0[k] for k in machine0)
     if errors:
         raise errors[0]
     episodes = br.PROMPTS * br.GROUP * steps

@@ -947,8 +947,12 @@ def server_cpu_seconds() -> float | None:
 
 def machine_cpu() -> dict[str, float]:
     """The machine's CPU time so far, in seconds summed over its cores (`/proc/stat`): busy, idle
-    and stolen (time the hypervisor gave the cores to another machine)."""
-    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    and stolen (time the hypervisor gave the cores to another machine); {} where there is no
+    /proc/stat."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except OSError:
+        return {}
     user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in fields[:8])
     hz = os.sysconf("SC_CLK_TCK")
     return {
