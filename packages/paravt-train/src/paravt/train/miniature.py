@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -698,6 +698,23 @@ LEARNING_THREADS = 1
 # standard errors.
 ACCURACY_MARGIN, ACCURACY_Z = 0.08, 2.0
 REWARD_MARGIN, REWARD_Z = 0.30, 5.0
+
+
+# The invalid-call hole (issue 44): a reward can rise while the policy learns calls that bring no
+# evidence. Per seed, after RL: at most this many invalid call attempts per held-out episode, and the
+# shared format measure (`format_ok`) no more than this far below the SFT policy's.
+INVALID_CALLS_MAX = 0.1
+FORMAT_OK_DROP_MAX = 0.05
+
+
+def format_held(before: Mapping[str, float], after: Mapping[str, float]) -> bool:
+    """Whether one seed's RL run stayed out of the invalid-call hole: `after`'s invalid calls per
+    episode at most `INVALID_CALLS_MAX` and its `format_ok` at most `FORMAT_OK_DROP_MAX` below
+    `before`'s (both `Evaluation.metrics` of the held-out evaluation)."""
+    return (
+        after["tool/invalid_calls"] <= INVALID_CALLS_MAX
+        and after["format_ok"] >= before["format_ok"] - FORMAT_OK_DROP_MAX
+    )
 
 
 def learned(gains: dict[str, PairedGain]) -> bool:
