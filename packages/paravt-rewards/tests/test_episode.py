@@ -42,9 +42,14 @@ def test_a_call_whose_tool_failed_earns_only_the_parseable_credit_and_a_penalty(
         "Still unsure.</think><answer>C</answer>",
         box,
     )
-    r = score_episode(ep, "B", "mcq", RewardConfig.paragrpo(gamma=0.5))
+    r = score_episode(ep, "B", "mcq", RewardConfig.reference_paragrpo(gamma=0.5))
     assert (r.tool, r.penalty) == (0.1, 1.0)
     assert r.total == pytest.approx(0 + 1 + 0.1 - 0.5)
+    # credit for evidence (the presets): a call whose tool failed brought none, earns no tool
+    # reward and no think-before-call bonus, and is charged gamma
+    r = score_episode(ep, "B", "mcq", RewardConfig.paragrpo())
+    assert (r.tool, r.penalty, r.tool_responses) == (0.0, 1.0, 0)
+    assert r.total == pytest.approx(0 + 1 + 0 - 0.2)
 
 
 def test_an_episode_without_calls_scores_like_its_single_response() -> None:

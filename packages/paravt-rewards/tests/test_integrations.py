@@ -21,7 +21,12 @@ GOOD = "<think>I check the clip.</think><answer>B</answer>"
 CALL = (
     '<tool_call>{"name": "crop_video", "arguments": {"start_time": 1, "end_time": 9}}</tool_call>'
 )
-WITH_CALL = "<think>I check the clip.</think>" + CALL + "<answer>B</answer>"
+# a call that ran: the tool response is the environment's (the presets pay only for evidence)
+WITH_CALL = (
+    "<think>I check the clip.</think>"
+    + CALL
+    + "<tool_response>A red square.</tool_response><answer>B</answer>"
+)
 
 
 # ---------------------------------------------------------------- TRL
@@ -123,7 +128,7 @@ def test_verl_compute_score_called_like_the_naive_reward_manager() -> None:
         ground_truth="B",
         extra_info={"question_type": "mcq", "index": 3},
     )
-    assert out["score"] == pytest.approx(2.6)
+    assert out["score"] == pytest.approx(2.8)
     assert {"acc", "format", "tool", "penalty", "anchor"} <= set(out)
     assert all(isinstance(v, float) for v in out.values())
 
@@ -150,7 +155,7 @@ def test_verl_accepts_newer_keywords_and_reward_kwargs() -> None:
 def test_areal_reward_fn_called_like_the_rlvr_workflow() -> None:
     # AReaL: reward_fn(prompt_str, completions_str, input_tokens, output_tokens, **data)
     data = {"answer": "B", "question_type": "mcq", "messages": [{"role": "user", "content": "?"}]}
-    assert reward_fn("Which option?", WITH_CALL, [1, 2], [3, 4, 5], **data) == pytest.approx(2.6)
+    assert reward_fn("Which option?", WITH_CALL, [1, 2], [3, 4, 5], **data) == pytest.approx(2.8)
     vanilla = make_areal_reward_fn("vanilla")
     assert vanilla("q", GOOD, [1], [2], **data) == pytest.approx(1.7)
 
@@ -185,9 +190,10 @@ def test_openrlhf_rejects_mismatched_batches_with_a_clear_error() -> None:
 def test_the_parser_counts_tool_responses_carried_in_a_transcript() -> None:
     from paravt.core import parse_response
 
-    text = WITH_CALL.replace("<answer>", "<tool_response>red</tool_response>\n<answer>")
+    bare = "<think>I check the clip.</think>" + CALL + "<answer>B</answer>"
+    text = bare.replace("<answer>", "<tool_response>red</tool_response>\n<answer>")
     assert parse_response(text).num_tool_responses == 1
-    assert parse_response(WITH_CALL).num_tool_responses == 0
+    assert parse_response(bare).num_tool_responses == 0
 
 
 # ---------------------------------------------------------------- TRL tool-calling completions
@@ -286,7 +292,7 @@ def test_verl_batch_form_returns_one_dict_per_response() -> None:
         extra_infos=[{"question_type": "mcq"}, {"question_type": "mcq"}],
         preset="paragrpo",
     )
-    assert [o["score"] for o in out] == pytest.approx([2.6, 0.6])
+    assert [o["score"] for o in out] == pytest.approx([2.8, 0.6])
     with pytest.raises(ValueError, match="one of each per response"):
         compute_score(solution_strs=["a", "b"], ground_truths=["B"])
 
@@ -296,8 +302,8 @@ def test_verl_prime_reads_the_total_at_index_0_and_pickles_the_function() -> Non
     from functools import partial
 
     out = compute_score("paravt", WITH_CALL, "B", {"question_type": "mcq"})  # positional, as prime
-    assert out[0] == out["score"] == pytest.approx(2.6)
-    assert 0 not in out and float(out[0]) == pytest.approx(2.6)
+    assert out[0] == out["score"] == pytest.approx(2.8)
+    assert 0 not in out and float(out[0]) == pytest.approx(2.8)
     assert pickle.loads(pickle.dumps(partial(compute_score, "paravt")))(WITH_CALL, "B")["score"]
 
 

@@ -14,9 +14,11 @@ import pytest
 
 from paravt.rewards import RewardConfig, score
 
-P = RewardConfig.paragrpo()
-V = RewardConfig.vanilla()
-G = RewardConfig.paragrpo(gamma=0.5)
+# The released reward exactly (`tool_credit="parseable"`, gamma 0): our presets pay the tool
+# reward only for evidence (tests/test_evidence_credit.py), the reference constructors keep this.
+P = RewardConfig.reference_paragrpo()
+V = RewardConfig.reference_vanilla()
+G = RewardConfig.reference_paragrpo(gamma=0.5)
 
 T = "<think>I check the clip.</think>"  # a substantive (17-char) closed think
 CALL = (
@@ -205,7 +207,7 @@ def test_mcq_answers_may_name_an_option_by_its_text() -> None:
 
 
 def test_think_prefix_in_the_prompt_is_restored_by_completion_prefix() -> None:
-    cfg = RewardConfig.paragrpo(completion_prefix="<think>\n")
+    cfg = RewardConfig.reference_paragrpo(completion_prefix="<think>\n")
     r = score("I check the clip.</think><answer>B</answer>", "B", "mcq", cfg)
     assert r.total == pytest.approx(2.0)
 
@@ -213,3 +215,18 @@ def test_think_prefix_in_the_prompt_is_restored_by_completion_prefix() -> None:
 def test_penalty_reports_the_invalid_fraction_even_when_gamma_is_zero() -> None:
     r = score(T + CALL + BAD_JSON + "<answer>B</answer>", "B", "mcq", P)
     assert (r.call_attempts, r.invalid_calls, r.penalty) == (2, 1, 0.5)
+
+
+def test_the_reference_constructors_are_the_released_form_and_one_override_from_the_presets() -> (
+    None
+):
+    for ours, ref in (
+        (RewardConfig.paragrpo(), RewardConfig.reference_paragrpo()),
+        (RewardConfig.vanilla(), RewardConfig.reference_vanilla()),
+    ):
+        assert (ref.tool_credit, ref.gamma) == ("parseable", 0.0)
+        assert ours.model_copy(update={"tool_credit": "parseable", "gamma": 0.0}) == ref
+        assert RewardConfig.preset("reference_" + ("paragrpo" if ref.answer_suffix else "vanilla"))
+    assert RewardConfig() == RewardConfig.paragrpo()
+    with pytest.raises(ValueError, match="unknown reward preset 'para'"):
+        RewardConfig.preset("para")

@@ -57,7 +57,10 @@ def test_a_fake_tool_response_in_one_turn_does_not_raise_the_tool_reward() -> No
     transcript = score(text, "B", question_type="mcq")  # environment replies inline: counted
     assert transcript.tool_responses == 1 and transcript.tool == pytest.approx(0.8)
     one_turn = score(text, "B", question_type="mcq", tool_responses=0)
-    assert one_turn.tool_responses == 0 and one_turn.tool == pytest.approx(0.6)
+    # no response came back: no evidence, no tool reward (the released form: 0.1 + 0.5)
+    assert one_turn.tool_responses == 0 and one_turn.tool == 0.0
+    released = RewardConfig.reference_paragrpo()
+    assert score(text, "B", "mcq", released, tool_responses=0).tool == pytest.approx(0.6)
     assert "model_tool_response" in one_turn.flags and "model_tool_response" not in transcript.flags
 
 

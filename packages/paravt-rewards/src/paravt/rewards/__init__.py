@@ -24,7 +24,15 @@ from paravt.rewards.advantages import (
     token_advantages,
 )
 from paravt.rewards.anchoring import anchor_token_rewards, structural_token_positions
-from paravt.rewards.config import AccuracyMode, AnchoringForm, JudgeConfig, RewardConfig
+from paravt.rewards.config import (
+    EVIDENCE_GAMMA,
+    PRESETS,
+    AccuracyMode,
+    AnchoringForm,
+    JudgeConfig,
+    RewardConfig,
+    ToolCredit,
+)
 from paravt.rewards.gating import NFramesGate
 from paravt.rewards.judge import JudgeResult, LLMJudge
 from paravt.rewards.score import RewardBreakdown, score, score_episode
@@ -45,6 +53,8 @@ except PackageNotFoundError:  # running from a source tree without an install
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "EVIDENCE_GAMMA",
+    "PRESETS",
     "AccuracyMode",
     "AdvantageConfig",
     "AnchoringForm",
@@ -56,6 +66,7 @@ __all__ = [
     "RewardBreakdown",
     "RewardConfig",
     "Structure",
+    "ToolCredit",
     "__version__",
     "anchor_token_rewards",
     "answer_text",

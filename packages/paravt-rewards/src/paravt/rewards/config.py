@@ -8,6 +8,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 AccuracyMode = Literal["mcq", "exact", "f1", "temporal_iou", "llm"]
 AnchoringForm = Literal["sequence", "token"]
+ToolCredit = Literal["evidence", "parseable"]
+
+# The invalid-call charge of our presets (issue 44): with `tool_credit="evidence"` an invalid call
+# earns nothing, and this makes it cost something, so that a right answer after an invalid call
+# scores below the same answer with no call. The same value as the Table 2 miniature's full recipe.
+EVIDENCE_GAMMA = 0.2
 
 
 def _default_accuracy_modes() -> dict[str, AccuracyMode]:
@@ -109,12 +115,23 @@ class RewardConfig(BaseModel):
         "prior's <tool_code> envelope). Ours; the reference has no such part.",
     )
 
+    tool_credit: ToolCredit = Field(
+        "evidence",
+        description="Which calls earn R_tool and the format's think-before-call bonus. "
+        "'evidence' (ours, the presets): only a call that was valid and ran, i.e. a tool response "
+        "came back without an error (an episode's executed calls; in a text, a valid call and a "
+        "<tool_response> or tool_responses > 0). 'parseable' (the released code's "
+        "has_parseable_tool_call): any call block with a tool name, valid or not, so an invalid "
+        "call earns 0.1 (+0.5 with a right answer); RewardConfig.reference_paragrpo() / "
+        "reference_vanilla().",
+    )
     gamma: float = Field(
-        0.0,
+        EVIDENCE_GAMMA,
         ge=0,
         description="Penalty weight for invalid tool calls (unparseable, unknown tool, invalid "
         "window, over the per-turn cap), times the fraction of call attempts that were invalid. "
-        "Our reading of the paper's 'penalty term'; the reference code has none (0).",
+        "Our reading of the paper's 'penalty term'; the reference code has none (0). Presets: "
+        f"{EVIDENCE_GAMMA}; the reference constructors: 0.",
     )
     max_calls_per_turn: int = Field(5, ge=1, description="Calls beyond this per turn are invalid.")
 
@@ -144,17 +161,43 @@ class RewardConfig(BaseModel):
 
     @classmethod
     def paragrpo(cls, **overrides: object) -> RewardConfig:
-        """The reference PARA-GRPO recipe: answer_suffix on, lambda_anchor 0.5, F1, format weight 1."""
+        """PARA-GRPO: the reference recipe (answer_suffix on, lambda_anchor 0.5, F1, format weight
+        1) with credit for evidence: R_tool and the think-before-call bonus only for a call that
+        ran, and an invalid call charged gamma = EVIDENCE_GAMMA. The released form:
+        `reference_paragrpo()`."""
         return cls.model_validate(
-            {"answer_suffix": True, "lambda_anchor": 0.5, "format_weight": 1.0, **overrides}
+            {**_PARAGRPO, "tool_credit": "evidence", "gamma": EVIDENCE_GAMMA, **overrides}
         )
 
     @classmethod
     def vanilla(cls, **overrides: object) -> RewardConfig:
-        """The reference vanilla-GRPO baseline: answer_suffix off, no anchoring, format weight 1."""
+        """Vanilla GRPO: the reference baseline (answer_suffix off, no anchoring, format weight 1)
+        with the same credit for evidence as `paragrpo()`. The released form:
+        `reference_vanilla()`."""
         return cls.model_validate(
-            {"answer_suffix": False, "lambda_anchor": 0.0, "format_weight": 1.0, **overrides}
+            {**_VANILLA, "tool_credit": "evidence", "gamma": EVIDENCE_GAMMA, **overrides}
         )
+
+    @classmethod
+    def reference_paragrpo(cls, **overrides: object) -> RewardConfig:
+        """The released PARA-GRPO reward exactly: any parseable call earns the tool reward and the
+        think-before-call bonus (`tool_credit="parseable"`), no invalid-call charge (gamma 0)."""
+        return cls.model_validate(
+            {**_PARAGRPO, "tool_credit": "parseable", "gamma": 0.0, **overrides}
+        )
+
+    @classmethod
+    def reference_vanilla(cls, **overrides: object) -> RewardConfig:
+        """The released vanilla-GRPO reward exactly (`tool_credit="parseable"`, gamma 0)."""
+        return cls.model_validate({**_VANILLA, "tool_credit": "parseable", "gamma": 0.0, **overrides})
+
+    @classmethod
+    def preset(cls, name: str, **overrides: object) -> RewardConfig:
+        """A preset by name: one of `PRESETS` ('paragrpo', 'vanilla', 'reference_paragrpo',
+        'reference_vanilla')."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown reward preset {name!r}; use one of {', '.join(PRESETS)}")
+        return getattr(cls, name)(**overrides)  # type: ignore[no-any-return]
 
     def accuracy_mode(self, question_type: str | None) -> AccuracyMode:
         """The accuracy mode used for `question_type` (None or unknown -> default_accuracy)."""
@@ -164,3 +207,9 @@ class RewardConfig(BaseModel):
         if mode is not None:
             return mode
         return self.accuracy_modes.get(str(question_type).strip().lower(), self.default_accuracy)
+
+
+_PARAGRPO = {"answer_suffix": True, "lambda_anchor": 0.5, "format_weight": 1.0}
+_VANILLA = {"answer_suffix": False, "lambda_anchor": 0.0, "format_weight": 1.0}
+# The presets by name (recipes, framework adapters): ours first, then the released forms.
+PRESETS = ("paragrpo", "vanilla", "reference_paragrpo", "reference_vanilla")

@@ -22,6 +22,7 @@ from paravt.rewards.judge import JudgeOutcome, LLMJudge, judge_for
 from paravt.rewards.terms import (
     answer_text,
     degenerate_reason,
+    evidence_call,
     format_terms,
     invalid_calls,
     parseable_call,
@@ -121,6 +122,7 @@ def _compose(
     question_type: str | None,
     config: RewardConfig,
     parseable: bool,
+    evidence: bool,
     responses: int,
     invalid: int,
     attempts: int,
@@ -171,19 +173,24 @@ def _compose(
         judge=judge,
         flags=flags,
     )
+    # which calls earn the tool reward and the think-before-call bonus (RewardConfig.tool_credit):
+    # the released code pays any call with a tool name, so a policy can earn reward with calls
+    # that bring no evidence; under "evidence" only a call that ran does
+    credited = evidence if config.tool_credit == "evidence" else parseable
     terms = format_terms(
         fmt_parsed,
         answer_suffix=config.answer_suffix,
         min_think_chars=config.min_think_chars,
         think_before_tool_bonus=config.think_before_tool_bonus,
         balanced_tags_bonus=config.balanced_tags_bonus,
-        parseable=parseable,
+        parseable=credited,
     )
     anchor = terms.anchor if config.lambda_anchor > 0 else 0.0
     fmt = terms.base
     if config.anchoring == "sequence":
         fmt = min(1.0, max(0.0, terms.base + config.lambda_anchor * anchor))
-    tool = tool_reward(parseable, responses > 0, acc) if config.tool_reward else 0.0
+    responded = evidence if config.tool_credit == "evidence" else responses > 0
+    tool = tool_reward(credited, responded, acc) if config.tool_reward else 0.0
     penalty = penalty_fraction(invalid, attempts)
     total = (
         config.accuracy_weight * acc
@@ -253,6 +260,7 @@ def score(
         question_type=question_type,
         config=config,
         parseable=parseable_call(parsed),
+        evidence=evidence_call(parsed, responses),
         responses=responses,
         invalid=invalid,
         attempts=attempts,
@@ -290,8 +298,10 @@ def score_episode(
 
     - accuracy: the final turn's answer (`episode.final`);
     - format and anchoring: the main agent's turns joined into one transcript, parsed once;
-    - tool: a parseable call in any turn; "a tool response came back" means
-      `episode.tool_responses_ok > 0` (an executed call returned without error);
+    - tool: under `tool_credit="evidence"` (the presets) an executed call that returned
+      without an error (`episode.tool_responses_ok > 0`); under "parseable" (the released form)
+      a parseable call in any turn, and "a tool response came back" means
+      `episode.tool_responses_ok > 0`;
     - penalty: call attempts that were not executed or failed, over all attempts.
     Out: a `RewardBreakdown` (sequence-level; for token-level anchoring call
     `anchor_token_rewards` on each turn's parsed response with that turn's token offsets).
@@ -311,6 +321,7 @@ def score_episode(
         question_type=question_type,
         config=config,
         parseable=any(parseable_call(t.parsed) for t in episode.turns),
+        evidence=episode.tool_responses_ok > 0,
         responses=episode.tool_responses_ok,
         invalid=invalid,
         attempts=attempts,

@@ -69,6 +69,14 @@ def parseable_call(parsed: ParsedResponse) -> bool:
     return any(c.name is not None for c in parsed.tool_calls)
 
 
+def evidence_call(parsed: ParsedResponse, responses: int) -> bool:
+    """A call that can have brought evidence, as far as a text shows: a valid call (JSON
+    envelope, known tool, valid arguments) and at least one tool response that came back.
+    An episode knows more (`Episode.tool_responses_ok`: executed calls that returned without an
+    error); `score_episode` uses that instead."""
+    return responses > 0 and any(c.ok for c in parsed.tool_calls)
+
+
 def think_before_tool(parsed: ParsedResponse) -> bool:
     """The first `<think>` tag comes before the first tool-call tag."""
     for tag in parsed.tags:
@@ -115,7 +123,9 @@ def format_terms(
     `balanced_tags_bonus` when anything was earned and all tag pairs balance; capped at 1.
     Anchor: +0.4 for `</think>` after a substantive think, +0.3 more for the full
     think -> answer flow, -0.3 when `<think>` is opened and never closed.
-    `parseable` is `parseable_call(parsed)` when the caller has it already.
+    `parseable` is whether a call earns the think-before-call bonus: `parseable_call(parsed)`
+    when None (the released rule); under `tool_credit="evidence"` the scorer passes whether a
+    call brought evidence.
     """
     think_w, open_w, close_w = (0.2, 0.3, 0.2) if answer_suffix else (0.3, 0.2, 0.1)
     think = substantive_think(parsed, min_chars=min_think_chars)
@@ -148,7 +158,9 @@ def format_terms(
 
 def tool_reward(parseable: bool, responded: bool, accuracy: float) -> float:
     """Graduated tool reward: 0 without a parseable call; 0.1, or 0.3 once a tool response came
-    back; +0.5 when the answer also earned accuracy; capped at 1."""
+    back; +0.5 when the answer also earned accuracy; capped at 1. Under
+    `tool_credit="evidence"` the scorer passes `parseable=responded=` whether a call brought
+    evidence, so the 0.1 for a call that brought nothing is never paid."""
     if not parseable:
         return 0.0
     reward = 0.3 if responded else 0.1

@@ -542,7 +542,11 @@ def scored_rollouts(model: Path, recipe: RLRecipe, examples: Sequence[Any]) -> A
 def evaluate_held_out(model: Path, recipe: RLRecipe, examples: Sequence[Any]) -> Evaluation:
     """`scored_rollouts` of `model` on `examples`, kept per prompt for standard errors and paired
     differences."""
-    ro = scored_rollouts(model, recipe, examples)
+    return evaluation_of(scored_rollouts(model, recipe, examples))
+
+
+def evaluation_of(ro: Any) -> Evaluation:
+    """The `Evaluation` of scored `Rollouts`: the step metrics and the scores per prompt."""
     sums: dict[str, dict[str, list[float]]] = {}
     for ep, ex, r in zip(ro.episodes, ro.examples, ro.rewards):
         row = sums.setdefault(ex.key, {k: [] for k in SCORES})
@@ -575,13 +579,29 @@ class ColdStart:
     before: Evaluation  # the SFT policy on `held`
 
 
-def cold_start(root: Path, model: Path, *, seed: int) -> ColdStart:
-    """Task data for `seed` (synth seeds offset by it), the SFT policy, its held-out scores."""
+def cold_start(
+    root: Path,
+    model: Path,
+    *,
+    seed: int,
+    extra: Sequence[str] = (),
+    sft_steps: int | None = None,
+) -> ColdStart:
+    """Task data for `seed` (synth seeds offset by it), the SFT policy, its held-out scores.
+    `extra`: recipe overrides of the SFT run and of the evaluation (numerics: e.g.
+    `model.dtype=bfloat16`, `distributed.strategy=fsdp2` for the GPU's bf16 compute)."""
 
     data = make_task_data(root, seed_offset=seed)
-    sft = sft_recipe(root / "sft", model, data, seed=seed, extra=["logging.progress=false"])
+    sft = sft_recipe(
+        root / "sft",
+        model,
+        data,
+        seed=seed,
+        steps=sft_steps,
+        extra=["logging.progress=false", *extra],
+    )
     sft_model = train_sft(sft)
-    held_recipe = rl_recipe(root / "held", sft_model, data.held_out, seed=seed)
+    held_recipe = rl_recipe(root / "held", sft_model, data.held_out, seed=seed, extra=extra)
     held = load_rl_examples(held_recipe)
     return ColdStart(
         seed, root, data, sft_model, held, evaluate_held_out(sft_model, held_recipe, held)
@@ -628,10 +648,12 @@ def rl_from_cold_start(
     steps: int,
     sabotage: str = "",
     eval_at: Sequence[int] = (),
+    extra: Sequence[str] = (),
 ) -> dict[int, Evaluation]:
     """One RL run from `cold`'s SFT policy; the held-out evaluation after `steps` and after each
     step in `eval_at` (read from the run's checkpoints; the schedule is constant, so step 16 of a
-    32-step run is the 16-step run)."""
+    32-step run is the 16-step run). `extra`: recipe overrides (numerics, reward) of the run and
+    of its evaluation."""
 
     every = math.gcd(*eval_at) if eval_at else 0
     if any(s > steps for s in eval_at):
@@ -647,6 +669,7 @@ def rl_from_cold_start(
             "logging.progress=false",
             f"checkpoint.every_steps={every}",
             f"checkpoint.keep_last={steps // every if every else 1}",
+            *extra,
         ],
     )
     with sabotaged(sabotage):

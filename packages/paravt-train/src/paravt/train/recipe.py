@@ -436,8 +436,12 @@ class GatingSpec(_Strict):
 
 
 class RewardSpec(_Strict):
-    preset: Literal["paragrpo", "vanilla"] = Field(
-        "paragrpo", description="RewardConfig preset of paravt-rewards."
+    preset: Literal["paragrpo", "vanilla", "reference_paragrpo", "reference_vanilla"] = Field(
+        "paragrpo",
+        description="RewardConfig preset of paravt-rewards: 'paragrpo' / 'vanilla' pay the tool "
+        "reward only for a call that ran and charge invalid calls (gamma 0.2); "
+        "'reference_paragrpo' / 'reference_vanilla' are the released code's reward (any call "
+        "with a tool name earns the tool reward, gamma 0).",
     )
     overrides: dict[str, Any] = Field(
         default_factory=dict,
@@ -447,7 +451,7 @@ class RewardSpec(_Strict):
     def build(self) -> Any:
         """The `paravt.rewards.RewardConfig` this section describes (validated by rewards)."""
 
-        base = RewardConfig.paragrpo() if self.preset == "paragrpo" else RewardConfig.vanilla()
+        base = RewardConfig.preset(self.preset)
         if not self.overrides:
             return base
         return RewardConfig.model_validate({**base.model_dump(), **self.overrides})
@@ -474,6 +478,29 @@ class AdvantageSpec(_Strict):
         "(zero advantages: no learning signal; metric advantage/zero_groups_frac), and again "
         "every as many steps while it lasts. 0: never warn.",
     )
+    invalid_call_warn_window: int = Field(
+        8,
+        ge=0,
+        description="Warn once per run when the reward is earned by invalid tool calls: over "
+        "the last this many steps, the last half's mean reward/total is above the first "
+        "half's and the invalid share of call attempts (tool/invalid_calls / "
+        "tool/call_attempts) rose by at least invalid_call_warn_rise. 0: never warn; else at "
+        "least 2.",
+    )
+    invalid_call_warn_rise: float = Field(
+        0.1,
+        gt=0,
+        le=1,
+        description="The rise of the invalid share of call attempts (absolute, between the "
+        "window's halves) that, with a rising reward, makes the invalid-call warning.",
+    )
+
+    @field_validator("invalid_call_warn_window")
+    @classmethod
+    def _window_has_two_halves(cls, v: int) -> int:
+        if v == 1:
+            raise ValueError("invalid_call_warn_window must be 0 (never warn) or at least 2")
+        return v
 
 
 class LossSpec(_Strict):

@@ -238,7 +238,8 @@ def cached_score(
 
 
 def resolve_config(config: RewardConfig | Mapping[str, Any] | str | None) -> RewardConfig:
-    """A `RewardConfig` from itself, a dict of fields, a preset name ('paragrpo', 'vanilla') or None
+    """A `RewardConfig` from itself, a dict of fields, a preset name (`paravt.rewards.PRESETS`: 'paragrpo',
+    'vanilla', 'reference_paragrpo', 'reference_vanilla') or None
     (PARA-GRPO). Names and dicts resolve to one shared object each (cheap to call per sample)."""
     if isinstance(config, RewardConfig):
         return config
@@ -251,10 +252,7 @@ def resolve_config(config: RewardConfig | Mapping[str, Any] | str | None) -> Rew
     if cached is not None:
         return cached
     if isinstance(config, str):
-        presets = {"paragrpo": RewardConfig.paragrpo, "vanilla": RewardConfig.vanilla}
-        if config not in presets:
-            raise ValueError(f"unknown reward preset {config!r}; use 'paragrpo' or 'vanilla'")
-        resolved = presets[config]()
+        resolved = RewardConfig.preset(config)
     else:
         resolved = RewardConfig.model_validate(dict(config))
     if len(_CONFIGS) > 64:

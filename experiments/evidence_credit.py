@@ -1,0 +1,155 @@
+"""Credit for evidence (issue 44): the learning check under the released reward and under ours,
+in fp32 and in the GPU's numerics (bf16 compute over fp32 master weights), one cell per seed.
+
+A cell is one training seed in one numeric: the cold start (500 SFT steps, as the learning test)
+and the SFT policy's held-out evaluation, then 32 PARA-GRPO steps from it twice, the same seed and
+data, differing only in the reward:
+
+- `reference`: the released reward (`reward.preset=reference_paragrpo`: R_tool and the
+  think-before-call bonus for any call with a tool name, valid or not; gamma 0);
+- `evidence`: ours (`reward.preset=paragrpo`: both only for a call that ran, an invalid call
+  charged gamma 0.2), which is what the learning test runs;
+
+and, with `--controls`, the evidence run at learning rate 0 and with the policy-gradient sign
+flipped. Each run's held-out evaluation (32 prompts x 8 rollouts, T = 0.7, fixed seed) is scored
+under its own reward; the SFT policy's is scored under both. Per run the JSON keeps the step
+metrics (accuracy, reward, call attempts, invalid calls and tool responses per episode, format
+ok, f_tau, ...) and the scores per prompt.
+
+    python experiments/evidence_credit.py --seed 0 --numeric bf16 --out runs/evidence/s0-bf16.json
+    python experiments/evidence_credit_table.py runs/evidence/*.json
+
+`--numeric fp32` is the learning test's setting (no sharding, fp32 weights and compute);
+`bf16` is the GPU check's learning row (`distributed.strategy=fsdp2` with world size 1: fp32
+master weights, `MixedPrecisionPolicy(param_dtype=bf16)`; the rollout engine and the evaluation
+in bf16 weights). One torch thread per cell, whatever the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+NUMERICS = {
+    "fp32": [],
+    "bf16": ["model.dtype=bfloat16", "distributed.strategy=fsdp2", "distributed.device=cpu"],
+}
+REWARDS = {"reference": "reference_paragrpo", "evidence": "paragrpo"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seed", type=int, required=True, help="training seed (data, sampling)")
+    parser.add_argument("--numeric", choices=sorted(NUMERICS), required=True)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--rl-steps", type=int, default=32, help="RL steps (default 32)")
+    parser.add_argument(
+        "--sft-steps", type=int, default=None, help="cold-start steps (default: the test's 500)"
+    )
+    parser.add_argument(
+        "--controls", nargs="*", default=[], choices=["lr0", "sign"], help="evidence-run controls"
+    )
+    parser.add_argument("--work", type=Path, default=None, help="scratch (default: beside --out)")
+    parser.add_argument("--out", type=Path, required=True, help="the cell's JSON")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    import torch
+
+    from paravt.core.testing import cached_tiny_qwen3vl
+    from paravt.train.miniature import (
+        LR,
+        LR_ZERO,
+        cold_start,
+        evaluate_held_out,
+        format_held,
+        paired,
+        rl_from_cold_start,
+        rl_recipe,
+    )
+
+    torch.set_num_threads(args.threads)
+    tag = f"s{args.seed}-{args.numeric}"
+    work = args.work or args.out.parent / f"work-{tag}"
+    numeric = NUMERICS[args.numeric]
+    t0 = time.perf_counter()
+
+    def scores(ev: object) -> dict[str, object]:
+        return {"metrics": ev.metrics, "per_prompt": ev.per_prompt}  # type: ignore[attr-defined]
+
+    cold = cold_start(
+        work / "cold", cached_tiny_qwen3vl(seed=0), seed=args.seed, extra=numeric,
+        sft_steps=args.sft_steps,
+    )  # fmt: skip
+    before = {"evidence": cold.before}
+    ref_held = rl_recipe(
+        work / "held-ref",
+        cold.sft_model,
+        cold.data.held_out,
+        seed=args.seed,
+        extra=[*numeric, f"reward.preset={REWARDS['reference']}"],
+    )
+    before["reference"] = evaluate_held_out(cold.sft_model, ref_held, cold.held)
+    cell: dict[str, object] = {
+        "seed": args.seed,
+        "numeric": args.numeric,
+        "overrides": numeric,
+        "torch": torch.__version__,
+        "capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": args.threads,
+        "rl_steps": args.rl_steps,
+        "before": {k: scores(v) for k, v in before.items()},
+        "time_s": {"cold_start": round(time.perf_counter() - t0, 1)},
+        "runs": {},
+    }
+    runs = {"reference": ("reference", LR, ""), "evidence": ("evidence", LR, "")}
+    for control in args.controls:
+        runs[control] = ("evidence", LR_ZERO if control == "lr0" else LR, "sign" * (control == "sign"))
+    for name, (reward, lr, sabotage) in runs.items():
+        t = time.perf_counter()
+        (after,) = rl_from_cold_start(
+            cold,
+            work / name,
+            lr=lr,
+            steps=args.rl_steps,
+            sabotage=sabotage,
+            extra=[*numeric, f"reward.preset={REWARDS[reward]}"],
+        ).values()
+        b = before[reward]
+        acc, acc_se = paired(after, b, "accuracy")
+        rew, rew_se = paired(after, b, "reward")
+        m0, m1 = b.metrics, after.metrics
+        cell["runs"][name] = {  # type: ignore[index]
+            "reward": REWARDS[reward],
+            "lr": lr,
+            "sabotage": sabotage,
+            "after": scores(after),
+            "accuracy_gain": [acc, acc_se],
+            "reward_gain": [rew, rew_se],
+            "format_held": format_held(m0, m1),
+        }
+        cell["time_s"][name] = round(time.perf_counter() - t, 1)  # type: ignore[index]
+        print(
+            f"[{tag}] {name}: acc {m0['accuracy']:.3f} -> {m1['accuracy']:.3f} ({acc:+.3f}), "
+            f"reward {m0['reward/total']:.3f} -> {m1['reward/total']:.3f} ({rew:+.3f}), "
+            f"calls {m0['tool/call_attempts']:.2f} -> {m1['tool/call_attempts']:.2f}, invalid "
+            f"{m0['tool/invalid_calls']:.2f} -> {m1['tool/invalid_calls']:.2f}, format ok "
+            f"{m0['format_ok']:.2f} -> {m1['format_ok']:.2f}",
+            flush=True,
+        )
+    cell["time_s"]["total"] = round(time.perf_counter() - t0, 1)  # type: ignore[index]
+    cell["load_average"] = os.getloadavg()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cell, indent=1))
+    tmp.replace(args.out)
+    print(f"[{tag}] wrote {args.out} in {cell['time_s']['total']:.0f} s")  # type: ignore[index]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""The table of `evidence_credit.py`'s cells: per seed and numeric, each reward's run before and
+after RL, how often each falls into the invalid-call hole, and the pooled verdicts of the rule in
+experiments/README.md ("evidence_credit.py").
+
+    python experiments/evidence_credit_table.py experiments/results/evidence_credit/*.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from paravt.train.miniature import Evaluation, format_held, learned, mean_and_se, pooled_gain
+
+RUNS = ("reference", "evidence", "lr0", "sign")
+
+
+def ev(d: dict[str, Any]) -> Evaluation:
+    return Evaluation(d["metrics"], d["per_prompt"])
+
+
+def row(cell: dict[str, Any], name: str) -> str | None:
+    run = cell["runs"].get(name)
+    if run is None:
+        return None
+    reward = "reference" if run["reward"].startswith("reference") else "evidence"
+    b, a = cell["before"][reward]["metrics"], run["after"]["metrics"]
+
+    def arrow(key: str, fmt: str = ".2f") -> str:
+        return f"{b[key]:{fmt}} -> {a[key]:{fmt}}"
+
+    acc, acc_se = run["accuracy_gain"]
+    rew, rew_se = run["reward_gain"]
+    hole = "no" if format_held(b, a) else "**in the hole**"
+    return (
+        f"| {cell['numeric']} | {cell['seed']} | {name} | {arrow('accuracy', '.3f')} "
+        f"({acc:+.3f} ± {acc_se:.3f}) | {arrow('reward/total', '.3f')} ({rew:+.3f} ± {rew_se:.3f}) "
+        f"| {arrow('tool/call_attempts')} | {arrow('tool/invalid_calls')} | "
+        f"{arrow('tool/responses')} | {arrow('format_ok')} | {arrow('f_tau')} | {hole} |"
+    )
+
+
+def pooled(cells: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
+    pairs = []
+    for c in cells:
+        run = c["runs"].get(name)
+        if run is None:
+            return None
+        reward = "reference" if run["reward"].startswith("reference") else "evidence"
+        pairs.append((ev(c["before"][reward]), ev(run["after"])))
+    gains = {k: pooled_gain(pairs, k) for k in ("accuracy", "reward")}
+    held = [format_held(b.metrics, a.metrics) for b, a in pairs]
+    return {"gains": gains, "learned": learned(gains), "held": held}
+
+
+def difference(cells: list[dict[str, Any]]) -> tuple[float, float, int]:
+    """Evidence minus reference accuracy after RL, paired by prompt over every cell."""
+    diffs = [
+        c["runs"]["evidence"]["after"]["per_prompt"][p]["accuracy"]
+        - c["runs"]["reference"]["after"]["per_prompt"][p]["accuracy"]
+        for c in cells
+        for p in c["runs"]["evidence"]["after"]["per_prompt"]
+    ]
+    m, se = mean_and_se(diffs)
+    return m, se, len(diffs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("cells", nargs="+", type=Path)
+    parser.add_argument("--out", type=Path, default=None, help="also write the markdown here")
+    args = parser.parse_args()
+    cells = [json.loads(p.read_text()) for p in args.cells]
+    cells.sort(key=lambda c: (c["numeric"], c["seed"]))
+    lines = [
+        "| numeric | seed | run | accuracy (gain ± SE) | reward (gain ± SE) | calls / episode "
+        "| invalid / episode | tool responses / episode | format ok | f_tau | hole |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        for name in RUNS:
+            r = row(c, name)
+            if r:
+                lines.append(r)
+    lines.append("")
+    for numeric in sorted({c["numeric"] for c in cells}):
+        group = [c for c in cells if c["numeric"] == numeric]
+        seeds = [c["seed"] for c in group]
+        lines.append(f"**{numeric}** (seeds {', '.join(map(str, seeds))}):")
+        for name in ("reference", "evidence"):
+            p = pooled(group, name)
+            if p is None:
+                continue
+            g = p["gains"]
+            lines.append(
+                f"- {name}: in the hole in {p['held'].count(False)} of {len(p['held'])} seeds; "
+                f"pooled {g['accuracy']}, {g['reward']}; learned() pooled: {p['learned']}"
+            )
+        if all("reference" in c["runs"] and "evidence" in c["runs"] for c in group):
+            m, se, n = difference(group)
+            lines.append(
+                f"- evidence - reference, held-out accuracy after RL paired by prompt: "
+                f"{m:+.3f} ± {se:.3f} (n={n})"
+            )
+        test = [c for c in group if c["seed"] in (0, 1)]
+        if len(test) == 2:
+            for name in ("evidence", "lr0", "sign"):
+                p = pooled(test, name)
+                if p is None:
+                    continue
+                verdict = p["learned"] and all(p["held"])
+                lines.append(
+                    f"- learning test's verdict (seeds 0 + 1) on {name}: "
+                    f"{'PASS' if verdict else 'fail'} (learned {p['learned']}, format held "
+                    f"{p['held']}; {p['gains']['accuracy']}, {p['gains']['reward']})"
+                )
+        times = [c["time_s"]["total"] for c in group]
+        lines.append(
+            f"- time per cell {min(times) / 60:.1f}-{max(times) / 60:.1f} min; torch "
+            f"{sorted({c['torch'] for c in group})}, kernels "
+            f"{sorted({c['capability'] for c in group})}"
+        )
+        lines.append("")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
