@@ -81,8 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "plot",
         help="draw training curves of one or more runs to a PNG",
-        description="Reward, f_tau (format reward), kappa (tool calls per rollout) and accuracy "
-        "against step, from each RUN_DIR/metrics.jsonl; several runs are overlaid.",
+        description="Reward, f_tau (format reward) with format ok (share of episodes that parse) "
+        "and invalid tool calls per episode beside it, kappa (tool calls per rollout) and "
+        "accuracy against step, from each RUN_DIR/metrics.jsonl; several runs are overlaid.",
     )
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories")
     p.add_argument(

@@ -1,14 +1,16 @@
 """The main job (`nox -s train_smoke`): tiny model -> synthetic tasks -> SFT -> PARA-GRPO -> summary.
 
 Writes OUT/metrics.jsonl (RL), OUT/curves.png, OUT/final/ (HF-loadable), OUT/sft/ (the cold
-start) and OUT/summary.md with f_tau / kappa / accuracy before and after RL, measured on the same
-prompts at the rollout temperature, plus wall time and peak memory (getrusage).
+start) and OUT/summary.md with f_tau (beside format ok and invalid calls per rollout) / kappa /
+accuracy before and after RL, measured on the same prompts at the rollout temperature, plus wall
+time and peak memory (getrusage).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import resource
 import time
@@ -41,6 +43,48 @@ def _peak_rss_gib() -> tuple[float, float]:
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
     return own, kids
+
+
+def summary_table(base: Evaluation, before: Evaluation, after: Evaluation) -> list[str]:
+    """The rows of summary.md's table: the held-out scores of the base, SFT and RL models (mean
+    ± standard error over prompts, and RL - SFT paired by prompt), f_tau with format ok and the
+    invalid tool calls per rollout beside it, kappa and the generated length."""
+
+    def cell(ev: Evaluation, key: str) -> str:
+        m, se = ev.mean_se(key)
+        return f"{m:.3f} ± {se:.3f}"
+
+    names = {
+        "accuracy": "accuracy",
+        "reward": "reward (total)",
+        "tool_use": "tool-use rate",
+        "format": "f_tau (format reward)",
+    }
+
+    def plain(name: str, key: str) -> str:
+        values = [ev.metrics.get(key, math.nan) for ev in (base, before, after)]
+        return f"| {name} | " + " | ".join(f"{v:.3f}" for v in values) + " | |"
+
+    # f_tau is each run's own format reward: beside it the measures it cannot hide, the share of
+    # episodes whose blocks all parse and the invalid tool calls per episode
+    beside_f_tau = [
+        ("format ok (share of rollouts whose blocks all parse)", "format_ok"),
+        ("invalid tool calls / rollout", "tool/invalid_calls"),
+    ]
+    table: list[str] = []
+    for k in SCORES:
+        table.append(
+            f"| {names[k]} | {cell(base, k)} | {cell(before, k)} | {cell(after, k)} | "
+            + "{:+.3f} ± {:.3f} |".format(*paired(after, before, k))
+        )
+        if k == "format":
+            table += [plain(name, key) for name, key in beside_f_tau]
+    extra = [
+        ("kappa (tool calls / rollout)", "kappa"),
+        ("main tokens generated / rollout", "len/main_generated"),
+    ]
+    table += [plain(name, key) for name, key in extra]
+    return table
 
 
 def run_smoke(out: Path, *, sft_steps: int | None = None, rl_steps: int | None = None) -> Path:
@@ -89,30 +133,7 @@ def run_smoke(out: Path, *, sft_steps: int | None = None, rl_steps: int | None =
 
     n_prompts, group = len(held), rl.rollout.group_size
 
-    def cell(ev: Evaluation, key: str) -> str:
-        m, se = ev.mean_se(key)
-        return f"{m:.3f} ± {se:.3f}"
-
-    names = {
-        "accuracy": "accuracy",
-        "reward": "reward (total)",
-        "tool_use": "tool-use rate",
-        "format": "f_tau (format reward)",
-    }
-    table = [
-        f"| {names[k]} | {cell(base, k)} | {cell(before, k)} | {cell(after, k)} | "
-        + "{:+.3f} ± {:.3f} |".format(*paired(after, before, k))
-        for k in SCORES
-    ]
-    extra = [
-        ("kappa (tool calls / rollout)", "kappa"),
-        ("main tokens generated / rollout", "len/main_generated"),
-    ]
-    table += [
-        f"| {name} | {base.metrics[key]:.3f} | {before.metrics[key]:.3f} | "
-        f"{after.metrics[key]:.3f} | |"
-        for name, key in extra
-    ]
+    table = summary_table(base, before, after)
     acc_diff, acc_se = paired(after, before, "accuracy")
     verdict = (
         f"RL raised held-out accuracy by {acc_diff:+.3f} (paired standard error {acc_se:.3f}, "

@@ -7,8 +7,11 @@
   match, else token F1), so seeds and arms can be compared document by document;
 - rollout stats (base and SFT rows): f_tau and kappa of the training-time rollouts the full
   PARA-GRPO arm's first step would make: its training prompts, gate, temperature and reward;
-- training curves (RL rows): f_tau, kappa, accuracy and reward per step, read from the run's
-  `metrics.jsonl`; the row's f_tau and kappa are the mean of the last `SETTLED_STEPS` steps.
+  with f_tau, the measures it cannot hide: format_ok and the invalid tool calls (and call
+  attempts) per episode, from the same episodes' `RewardBreakdown`s;
+- training curves (RL rows): f_tau, format_ok, invalid calls per episode, kappa, accuracy and
+  reward per step, read from the run's `metrics.jsonl`; the row's values are the mean of the last
+  `SETTLED_STEPS` steps.
 
 A finished cell is never re-run.
 """
@@ -40,6 +43,9 @@ CURVE_KEYS = (
     "truncated_rate",
     "format_ok",
     "leak_rate",
+    # invalid tool-call attempts per episode and all call attempts (RewardBreakdown.components)
+    "tool/invalid_calls",
+    "tool/call_attempts",
 )
 
 
@@ -157,8 +163,9 @@ def trace_structure(trace: Any) -> Any:
 def rollout_stats_cell(
     config: ReproduceConfig, seed: int, model: str, checkpoint: Path, recipe: Any
 ) -> dict[str, Any]:
-    """f_tau and kappa of `checkpoint` from rollouts under `recipe` (the full PARA-GRPO arm's)
-    on `config.stats_prompts` training prompts x the group size, at the rollout temperature."""
+    """f_tau and kappa (with format_ok and invalid calls per episode, `CURVE_KEYS`) of
+    `checkpoint` from rollouts under `recipe` (the full PARA-GRPO arm's) on
+    `config.stats_prompts` training prompts x the group size, at the rollout temperature."""
 
     def compute() -> dict[str, Any]:
         # lazy: the optional extra paravt-eval[train]

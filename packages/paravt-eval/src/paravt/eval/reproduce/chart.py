@@ -1,11 +1,13 @@
-"""The curves chart: f_tau and kappa per RL step for block A (as the paper's figure) and block B,
-each line the mean over seeds with the seed spread (min to max) shaded; base and SFT, which have
-no RL steps, are horizontal lines at their training-prompt rollouts' value with their spread.
-A third column shows held-out accuracy per row (mean over seeds, min-max whiskers) per K.
+"""The curves chart: the format (format ok where measured, else f_tau), invalid tool calls per
+episode and kappa per RL step for block A (as the paper's figure) and block B, each line the mean
+over seeds with the seed spread (min to max) shaded; base and SFT, which have no RL steps, are
+horizontal lines at their training-prompt rollouts' value with their spread. A fourth column
+shows held-out accuracy per row (mean over seeds, min-max whiskers) per K.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,8 +49,14 @@ def _band(ax: Any, row: Row, key: str, label: str) -> None:
         )
 
 
+# a curve's key -> the Row field holding its per-seed value (where the names differ)
+ROW_FIELDS = {"tool/invalid_calls": "invalid_calls"}
+
+
 def _flat(ax: Any, row: Row, key: str, label: str, steps: int) -> None:
-    values = [v for v in getattr(row, key) if v is not None]
+    values = [
+        v for v in getattr(row, ROW_FIELDS.get(key, key)) if v is not None and not math.isnan(v)
+    ]
     if not values or steps < 1:
         return
     m = sum(values) / len(values)
@@ -92,7 +100,7 @@ def draw_chart(s: Summary, path: Path) -> Path:
 
     with_b = any(n in s.rows for n in ("anchoring_only", "gating_only"))
     nrows = 2 if with_b else 1
-    fig, axes = plt.subplots(nrows, 3, figsize=(15, 4.4 * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, 4, figsize=(20, 4.4 * nrows), squeeze=False)
     steps = max((len(c.get("kappa", [])) for r in s.rows.values() for c in r.curves), default=0)
     # the common format measure where the run has it (every arm's f_tau is its own reward)
     common = any(v is not None for r in s.rows.values() for v in r.format_ok)
@@ -101,7 +109,9 @@ def draw_chart(s: Summary, path: Path) -> Path:
         if common
         else ("f_tau", 0, "f_tau (format reward, T=0.7)")
     )
-    for key, col, ylabel in (first, ("kappa", 1, "kappa")):
+    # beside the format, what a format reward cannot hide: invalid tool calls per episode
+    invalid = ("tool/invalid_calls", 1, "invalid tool calls / episode (T=0.7)")
+    for key, col, ylabel in (first, invalid, ("kappa", 2, "kappa")):
         ax = axes[0][col]
         for name in BLOCK_A:
             row = s.rows.get(name)
@@ -125,9 +135,9 @@ def draw_chart(s: Summary, path: Path) -> Path:
             ax.set_xlabel("RL step")
             ax.set_ylabel(ylabel)
             ax.legend(fontsize=7)
-    _bars(axes[0][2], s, BLOCK_A, "(A) and (C) held-out accuracy per overview budget K")
+    _bars(axes[0][3], s, BLOCK_A, "(A) and (C) held-out accuracy per overview budget K")
     if with_b:
-        _bars(axes[1][2], s, BLOCK_B, "(B) held-out accuracy per overview budget K")
+        _bars(axes[1][3], s, BLOCK_B, "(B) held-out accuracy per overview budget K")
     fig.suptitle(f"ParaVT Table 2 in miniature: tiny Qwen3-VL, {len(s.seeds)} seeds", fontsize=11)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from paravt.eval.reproduce.tables import Summary, fmt, paired
+from paravt.eval.reproduce.tables import Row, Summary, fmt, mean_sd, paired
 
 
 @dataclass
@@ -40,6 +40,17 @@ def _d(a: Sequence[float | None], b: Sequence[float | None], scale: float = 1.0)
     return f"{fmt(diffs, scale=scale, digits=digits)} (per seed {per_seed})"
 
 
+def _beside_f_tau(a: Row, b: Row) -> str:
+    """What f_tau (each run's own format reward) cannot hide, from row `a` to row `b`: format ok
+    and invalid tool calls per episode, where either was measured."""
+    parts = [
+        f"{label} {fmt(getattr(a, key))} -> {fmt(getattr(b, key))}"
+        for key, label in (("format_ok", "format ok"), ("invalid_calls", "invalid calls / ep"))
+        if mean_sd(getattr(a, key))[0] is not None or mean_sd(getattr(b, key))[0] is not None
+    ]
+    return "; " + ", ".join(parts) if parts else ""
+
+
 def verdicts(s: Summary) -> list[Verdict]:
     rows = s.rows
     out: list[Verdict] = []
@@ -58,6 +69,7 @@ def verdicts(s: Summary) -> list[Verdict]:
                 v,
                 f"kappa {fmt(base.kappa)} -> {fmt(sft.kappa)} (SFT - base {_d(sft.kappa, base.kappa)}); "
                 f"f_tau {fmt(base.f_tau)} -> {fmt(sft.f_tau)} (SFT - base {_d(sft.f_tau, base.f_tau)})"
+                + _beside_f_tau(base, sft)
                 + ("" if df and all(d > 0 for d in df) else "; f_tau did not rise in every seed"),
             )
         )
@@ -133,7 +145,9 @@ def verdicts(s: Summary) -> list[Verdict]:
                 f"{key} {paper_grpo} (GRPO) -> {paper_arm} (+ {part})",
                 _sign_verdict(paired(arm_values, grpo_values)),
                 f"{key} {fmt(grpo_values)} (GRPO) -> {fmt(arm_values)} (+ {part}): "
-                f"{_d(arm_values, grpo_values)}{note}",
+                f"{_d(arm_values, grpo_values)}"
+                + (_beside_f_tau(grpo, rows[name]) if key == "f_tau" else "")
+                + note,
             )
         )
     if para is not None:

@@ -105,6 +105,7 @@ def run_reproduce(config: ReproduceConfig, *, report: bool = True) -> ReproduceR
             rows[name].kappa.append(stats["kappa"])
             rows[name].format_ok.append(stats.get("format_ok"))
             rows[name].leak_rate.append(stats.get("leak_rate"))
+            rows[name].invalid_calls.append(stats.get("tool/invalid_calls"))
         rows["sft"].train_seconds.append(runs.seconds["sft"])
         for name in arms:
             curves = training_curves(out / f"seed{seed}" / name)
@@ -115,6 +116,7 @@ def run_reproduce(config: ReproduceConfig, *, report: bool = True) -> ReproduceR
             row.kappa.append(kappa)
             row.format_ok.append(settled(curves["format_ok"]))
             row.leak_rate.append(settled(curves["leak_rate"]))
+            row.invalid_calls.append(settled(curves["tool/invalid_calls"]))
             row.settle_step.append(settle_step(curves["kappa"], max(0.1, 0.1 * abs(kappa))))
             row.train_seconds.append(runs.seconds[name])
         targets: list[tuple[Row, Path, str]] = [
@@ -304,9 +306,13 @@ def render_report(s: Summary, config: ReproduceConfig) -> str:
         "the dense budget (the analogue of the paper's non-gated runs at 64 frames). Arms: "
         + "; ".join(f"{LABELS.get(n, n)}: {d}" for n, d in st["arms"].items() if n in s.rows)
         + ".",
-        "- f_tau: mean training format reward at temperature 0.7 (each run's own reward); "
-        "kappa: mean executed crop_video calls per rollout. RL rows: the mean of the last 5 "
-        f"training steps; base and SFT rows: {st['stats_prompts']} training prompts x 8 rollouts "
+        "- f_tau: mean training format reward at temperature 0.7 (each run's own reward, so "
+        "it can read high while the calls are invalid); beside it: invalid calls / ep (invalid "
+        "tool-call attempts per rollout, as the reward counts them), format ok (the share of "
+        "rollouts whose structural blocks all parse, the same measure for every arm) and leak "
+        "(the share with a tool-prior leak); kappa: mean executed crop_video calls per rollout. "
+        "RL rows: the mean of the last 5 training steps; base and SFT rows: "
+        f"{st['stats_prompts']} training prompts x 8 rollouts "
         "under the full PARA-GRPO arm's settings (what its first step sees).",
         f"- Accuracy: {st['held_out_documents']} held-out videos (neither SFT's nor RL's) per "
         "column, greedy, each checkpoint under the protocol it was trained with (its "

@@ -50,6 +50,8 @@ class Row:
     # the common format measure and the tool prior's leaks (training rollouts; per seed)
     format_ok: list[float | None] = field(default_factory=list)
     leak_rate: list[float | None] = field(default_factory=list)
+    # invalid tool-call attempts per episode (training rollouts; per seed), shown beside f_tau
+    invalid_calls: list[float | None] = field(default_factory=list)
     eval_kappa: dict[int, list[float | None]] = field(default_factory=dict)  # K -> per seed
     per_doc: dict[int, list[list[float] | None]] = field(default_factory=dict)  # K -> per seed
     curves: list[dict[str, list[float]]] = field(default_factory=list)  # RL rows, per seed
@@ -84,6 +86,7 @@ class Summary:
                 "eval_calls": r.eval_calls,
                 "format_ok": r.format_ok,
                 "leak_rate": r.leak_rate,
+                "invalid_calls": r.invalid_calls,
                 "eval_kappa": {f"K={k}": v for k, v in r.eval_kappa.items()},
                 "per_doc": {f"K={k}": v for k, v in r.per_doc.items()},
                 "settle_step": r.settle_step,
@@ -130,23 +133,26 @@ def paired(a: Sequence[float | None], b: Sequence[float | None]) -> list[float]:
 
 def _table(summary: Summary, names: Sequence[str], labels: dict[str, str]) -> list[str]:
     ks = summary.budgets
-    measures = any(r.format_ok for r in summary.rows.values())
-    head = "| Setting | f_tau | kappa | "
+    # beside f_tau (each run's own format reward) the measures it cannot hide: invalid tool calls
+    # per episode and the share of episodes that parse
+    measures = any(r.format_ok or r.invalid_calls for r in summary.rows.values())
+    head = "| Setting | f_tau | "
     if measures:
-        head += "format ok | leak | "
-    head += " | ".join(f"acc K={k}" for k in ks) + " | acc avg |"
+        head += "invalid calls / ep | format ok | leak | "
+    head += "kappa | " + " | ".join(f"acc K={k}" for k in ks) + " | acc avg |"
     if measures:
         head += " " + " | ".join(f"calls K={k}" for k in ks) + " |"
-    cols = 3 + (2 if measures else 0) + len(ks) + 1 + (len(ks) if measures else 0)
+    cols = 3 + (3 if measures else 0) + len(ks) + 1 + (len(ks) if measures else 0)
     lines = [head, "|" + "---|" * cols]
     for name in names:
         r = summary.rows.get(name)
         if r is None:
             continue
         accs = [fmt(r.accuracy.get(k, []), scale=100, digits=1) for k in ks]
-        line = f"| {labels.get(name, LABELS.get(name, name))} | {fmt(r.f_tau)} | {fmt(r.kappa)} | "
+        line = f"| {labels.get(name, LABELS.get(name, name))} | {fmt(r.f_tau)} | "
         if measures:
-            line += f"{fmt(r.format_ok)} | {fmt(r.leak_rate)} | "
+            line += f"{fmt(r.invalid_calls)} | {fmt(r.format_ok)} | {fmt(r.leak_rate)} | "
+        line += f"{fmt(r.kappa)} | "
         line += " | ".join(accs) + f" | {fmt(r.avg_accuracy(), scale=100, digits=1)} |"
         if measures:
             line += " " + " | ".join(fmt(r.eval_kappa.get(k, [])) for k in ks) + " |"

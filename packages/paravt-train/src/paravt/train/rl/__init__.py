@@ -3,7 +3,8 @@
 - `rollouts`: the agent configuration of a run, the main prompt, one step's episodes
   (`rollout`, `rollout_tasks`, `Rollouts`);
 - `scoring`: rewards per episode, group advantages over all ranks, steps without a learning signal
-  (`NoSignalWatch`), the training sequences and episode metrics;
+  (`NoSignalWatch`), reward earned by invalid tool calls (`InvalidCallWatch`), the training
+  sequences and episode metrics;
 - `learner`: micro-batches, the log-prob pass (proximal, reference), the KL reward, `update`
   (the loss and one optimiser step);
 - `engines`: the rollout engines, one class per kind behind one interface (`RolloutEngine`:
@@ -38,6 +39,7 @@ from paravt.train.rl.run import (
     build_reward_config,
     evaluate,
     load_rl_examples,
+    progress_bar,
     resume_hint,
     rl_step,
     set_up_rl,
@@ -45,6 +47,7 @@ from paravt.train.rl.run import (
     train_rl,
 )
 from paravt.train.rl.scoring import (
+    InvalidCallWatch,
     NoSignalWatch,
     episode_metrics,
     global_group_advantages,
@@ -55,6 +58,7 @@ from paravt.train.rl.scoring import (
 
 __all__ = [
     "EngineContext",
+    "InvalidCallWatch",
     "NoSignalWatch",
     "PolicyEngine",
     "PreparedStep",
@@ -74,6 +78,7 @@ __all__ = [
     "global_group_advantages",
     "load_rl_examples",
     "logprob_pass",
+    "progress_bar",
     "prompt_messages",
     "register_engine",
     "resume_hint",

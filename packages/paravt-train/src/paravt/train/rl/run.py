@@ -13,7 +13,8 @@ One step (`rl_step`):
    trajectories and (with `include_subagents_in_loss`) the sub-agent trajectories, which carry
    their episode's advantage;
 6. the rollout engine follows the new weights (`PolicyEngine.sync`);
-7. the metrics row (`step_metrics`), progress bar, checkpoint every N steps.
+7. the metrics row (`step_metrics`), the watches (`NoSignalWatch`, `InvalidCallWatch`), progress
+   bar, checkpoint every N steps.
 
 With `rollout.max_staleness > 0` (SGLang servers only) steps 1-3 of later steps run ahead on a
 `paravt.train.producer.RolloutProducer` while this step trains: rollouts may come from weights up
@@ -23,10 +24,11 @@ to that many steps old, which the decoupled loss corrects for (the reference tra
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -66,6 +68,7 @@ from paravt.train.rl.rollouts import (
     rollout_tasks,
 )
 from paravt.train.rl.scoring import (
+    InvalidCallWatch,
     NoSignalWatch,
     episode_metrics,
     score_rollouts,
@@ -168,6 +171,7 @@ class RLSetup:
     producer: RolloutProducer[PreparedStep, list[Episode]] | None
     filler: Sequence_ | None
     no_signal: NoSignalWatch
+    invalid_calls: InvalidCallWatch = field(default_factory=lambda: InvalidCallWatch(0))
 
     def close(self) -> None:
         if self.producer is not None:
@@ -261,6 +265,9 @@ def set_up_rl(
         producer=producer,
         filler=filler_sequence(policy.engine) if run.world > 1 else None,
         no_signal=NoSignalWatch(recipe.advantage.zero_signal_warn_steps),
+        invalid_calls=InvalidCallWatch(
+            recipe.advantage.invalid_call_warn_window, recipe.advantage.invalid_call_warn_rise
+        ),
     )
 
 
@@ -287,8 +294,7 @@ def train_rl(
     try:
         for step in range(run.start + 1, recipe.max_steps + 1):
             metrics, ro = rl_step(rl, step)
-            bar = {"reward": metrics["reward/total"], "f_tau": metrics["f_tau"]}
-            run.logger.log(step, metrics, bar={**bar, "kappa": metrics["kappa"]})
+            run.logger.log(step, metrics, bar=progress_bar(metrics))
             if on_step is not None:
                 on_step(step, run.backend, metrics, ro)
             run.checkpoint(step, rl.plan.data_state_after(step))
@@ -299,6 +305,19 @@ def train_rl(
     finally:
         rl.close()
     return run.finish()
+
+
+def progress_bar(metrics: dict[str, float]) -> dict[str, float]:
+    """The progress bar's numbers: f_tau (the run's own format reward) beside the measures it
+    cannot fool, format_ok (share of episodes whose blocks all parse) and invalid tool calls per
+    episode, then kappa."""
+    return {
+        "reward": metrics["reward/total"],
+        "f_tau": metrics["f_tau"],
+        "format_ok": metrics.get("format_ok", math.nan),
+        "invalid/ep": metrics.get("tool/invalid_calls", math.nan),
+        "kappa": metrics["kappa"],
+    }
 
 
 class StepTimes(NamedTuple):
@@ -338,6 +357,7 @@ def rl_step(rl: RLSetup, step: int) -> tuple[dict[str, float], Rollouts]:
     times = StepTimes(t0, t1, t2, time.perf_counter())
     metrics = step_metrics(ro, recipe, learned, synced, policy.metrics(), times, async_metrics)
     rl.no_signal.update(step, metrics["advantage/zero_groups_frac"], metrics["accuracy"])
+    rl.invalid_calls.update(step, metrics)
     metrics["lr"] = run.backend.lr
     metrics["epoch"] = epoch
     return metrics, ro

@@ -1,11 +1,13 @@
 """Scoring: rewards per episode, group advantages (over all ranks), the steps without a learning
-signal, and the training sequences (main and sub-agent trajectories) with their metrics."""
+signal, reward earned by invalid calls, and the training sequences (main and sub-agent
+trajectories) with their metrics."""
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -142,6 +144,92 @@ class NoSignalWatch:
             "Likely causes: a policy that has converged on these prompts (every answer right), "
             f"or {untrained}"
         )
+
+
+class InvalidCallWatch:
+    """Warns once per run (rank 0) when the reward is being earned by invalid tool calls.
+
+    The rule, over the last `window` steps (0: never): the steps' first half and last half (the
+    middle step left out when `window` is odd) are averaged, and it fires when
+
+    - `reward/total` rose (last half's mean above the first half's), and
+    - the invalid share of call attempts, mean `tool/invalid_calls` / mean
+      `tool/call_attempts` over a half (0 where the half attempted no call), rose by at least
+      `rise` (absolute), with calls attempted in the last half.
+
+    Halves of several steps make one noisy step unable to fire it. The metrics it reads are the
+    step's global means (`step_metrics` averages them over ranks), so every rank sees the same
+    thing and the watch makes no collective; only rank 0 logs. A step without a finite reward or
+    call count is skipped."""
+
+    def __init__(self, window: int = 8, rise: float = 0.1) -> None:
+        if window == 1:
+            raise ValueError("InvalidCallWatch: window must be at least 2 steps (0: never warn)")
+        self.window = window
+        self.rise = rise
+        self.rows: deque[tuple[int, float, float, float, float]] = deque(maxlen=max(window, 2))
+        self.fired = False
+
+    def update(self, step: int, metrics: Mapping[str, float]) -> bool:
+        """Add `step`'s metrics; True when this step fired the warning (at most once a run)."""
+        values = [
+            float(metrics.get(k, math.nan))
+            for k in ("reward/total", "tool/invalid_calls", "tool/call_attempts", "format_ok")
+        ]
+        if not all(math.isfinite(v) for v in values[:3]):
+            return False
+        reward, invalid, attempts, format_ok = values
+        self.rows.append((step, reward, invalid, attempts, format_ok))
+        if not self.window or self.fired or len(self.rows) < self.window:
+            return False
+        rows = list(self.rows)
+        half = self.window // 2
+        before, after = _half_means(rows[:half]), _half_means(rows[-half:])
+        if not (
+            after["attempts"] > 0
+            and after["reward"] > before["reward"]
+            and after["share"] - before["share"] >= self.rise
+        ):
+            return False
+        self.fired = True
+        if is_rank0():
+            log.warning(
+                "steps %d-%d: reward is being earned by invalid calls: reward/total %.3f -> %.3f "
+                "while the invalid share of tool calls rose %.2f -> %.2f (invalid calls / "
+                "episode %.2f -> %.2f of %.2f -> %.2f attempts), format_ok %.2f -> %.2f (means "
+                "of the first and last %d steps). The reward pays calls that bring no evidence: "
+                "use RewardConfig(tool_credit='evidence', gamma>0), the paragrpo preset. "
+                "(Warned once per run.)",
+                rows[0][0],
+                rows[-1][0],
+                before["reward"],
+                after["reward"],
+                before["share"],
+                after["share"],
+                before["invalid"],
+                after["invalid"],
+                before["attempts"],
+                after["attempts"],
+                before["format_ok"],
+                after["format_ok"],
+                half,
+            )
+        return True
+
+
+def _half_means(rows: Sequence[tuple[int, float, float, float, float]]) -> dict[str, float]:
+    """Means of reward, invalid calls, call attempts and format_ok over `rows`, and the invalid
+    share (mean invalid / mean attempts; 0 without attempts)."""
+    n = len(rows)
+    reward, invalid, attempts = (sum(r[i] for r in rows) / n for i in (1, 2, 3))
+    fmt_ok = [r[4] for r in rows if math.isfinite(r[4])]
+    return {
+        "reward": reward,
+        "invalid": invalid,
+        "attempts": attempts,
+        "share": invalid / attempts if attempts > 0 else 0.0,
+        "format_ok": sum(fmt_ok) / len(fmt_ok) if fmt_ok else math.nan,
+    }
 
 
 def _turn_offsets(engine: Any, ids: Sequence[int], prefix: str) -> list[tuple[int, int]]:
