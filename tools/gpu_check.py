@@ -52,11 +52,19 @@ SKIPped, so the whole check fits a lease of about 8 minutes on one GPU):
    backward; attention's own FLOPs left out; over the GPU's dense bf16 peak), and from them the
    per-GPU estimate for the 8B recipe on 8 GPUs (7 FSDP + 1 SGLang), as arithmetic. On the CPU
    (`--size tiny`) the same fields are measured and MFU is n/a.
-8. **learning**: the miniature's learning check, one seed: cold-start SFT (`--learning-sft-steps`,
-   500 as the learning test), held-out accuracy, PARA-GRPO (`--learning-rl-steps`, 32), held-out
-   accuracy again, paired by prompt. The verdict is the learning test's margins on one seed (+0.08
-   accuracy, +0.30 reward); with fewer steps the row is named `learning (rehearsal)` and gives no
-   verdict.
+8. **learning**: the miniature's learning check over `--learning-seeds` seeds (3), each under
+   every strategy of `--learning-strategy` (fsdp2, none or both): cold-start SFT
+   (`--learning-sft-steps`, 500 as the learning test), held-out accuracy, PARA-GRPO
+   (`--learning-rl-steps`, 32), held-out accuracy again, paired by prompt. Every seed trains on
+   the frame store's videos, which are seed 0's: the seeds differ in training seed only (data
+   order, sampling), not in videos as the learning test's do, and share their held-out prompts. A
+   seed is not started when the budget left cannot fit the first seed's measured time (the row
+   says how many ran and why). The verdict, per strategy: the learning test's `learned` on the
+   accuracy and reward gains pooled over the seeds (+0.08 and 2 SE, +0.30 and 5 SE) and
+   `format_held` for every seed (at most 0.1 invalid calls an episode after RL, format ok down by
+   at most 0.05); per seed the detail gives accuracy, reward, calls, invalid calls, tool
+   responses, format ok and f_tau before -> after. With fewer steps the row is named
+   `learning (rehearsal)` and gives no verdict.
 
 What the GPU machine needs: torch with CUDA, transformers >= 5.19, pydantic, pyyaml, pyarrow,
 numpy, pillow, safetensors, tokenizers, tqdm and matplotlib (paravt-train's dependencies, without
@@ -116,14 +124,20 @@ from paravt.train.distributed import Backend, init_distributed, shard_like_polic
 from paravt.train.frames import FrameSource
 from paravt.train.miniature import (
     ACCURACY_MARGIN,
+    ACCURACY_Z,
+    FORMAT_OK_DROP_MAX,
     GATED_K,
+    INVALID_CALLS_MAX,
     LR_ZERO,
     REWARD_MARGIN,
+    REWARD_Z,
     SCORES,
     Evaluation,
     TaskData,
+    format_held,
+    learned,
     make_task_data,
-    paired,
+    pooled_gain,
     rl_recipe,
     sft_recipe,
 )
@@ -1348,28 +1362,27 @@ def evaluate(model: Path, recipe: Any, examples: Sequence[Any], frames: Any) -> 
     return Evaluation(episode_metrics(ro), per_prompt)
 
 
-def calls(result: Evaluation) -> str:
-    """Call attempts per episode, how many of them were invalid, and the shared format measure:
-    a reward that rises while the calls turn invalid is the PARA-GRPO tool reward's known hole
-    (it pays 0.1, +0.5 with a right answer, for any call with a tool name, valid or not)."""
-    m = result.metrics
-    return (
-        f"calls {m['tool/call_attempts']:.2f} (invalid {m['tool/invalid_calls']:.2f}), "
-        f"format ok {m['format_ok']:.2f}"
-    )
+LEARNING_STRATEGIES = {"fsdp2": ("fsdp2",), "none": ("none",), "both": ("fsdp2", "none")}
 
 
-def row_learning(ctx: Ctx) -> Row:
+def learning_run(ctx: Ctx, seed: int, strategy: str) -> dict[str, Any]:
+    """One seed of the learning check under one strategy: cold-start SFT from the tiny base
+    model, the held-out evaluation, PARA-GRPO from that SFT model, the held-out evaluation again.
+
+    The videos are always the frame store's, i.e. seed 0's (`ctx.data`): the store holds no other
+    seed's videos (a copy per seed would multiply the folder carried to the GPU machine, about
+    19 MiB a seed). `seed` is the training seed of both recipes (`sft_recipe(seed=...)`,
+    `rl_recipe(seed=...)`: data order, sampling, the gate's draws), as in `miniature.cold_start`,
+    but not `make_task_data(seed_offset=seed)`: the seeds share their SFT traces, RL prompts and
+    held-out prompts."""
     a = ctx.args
-    root = ctx.work / "learning"
-    full = a.learning_sft_steps >= 500 and a.learning_rl_steps >= 32
-    name = "learning" if full else "learning (rehearsal)"
-    dist = ctx.dist(a.learning_strategy)
+    root = ctx.work / "learning" / f"seed{seed}-{strategy}"
+    dist = ctx.dist(strategy)
     sft = sft_recipe(
         root / "sft",
         ctx.model,
         ctx.data,
-        seed=0,
+        seed=seed,
         steps=a.learning_sft_steps,
         extra=[*dist, *a.sft_override],
     )
@@ -1377,7 +1390,7 @@ def row_learning(ctx: Ctx) -> Row:
     sft_final = train_sft(sft, conversations=ctx.sft_conversations(sft))
     t_sft = time.perf_counter() - t
     held_recipe = rl_recipe(
-        root / "held", sft_final, ctx.data.held_out, seed=0, extra=[*dist, *a.override]
+        root / "held", sft_final, ctx.data.held_out, seed=seed, extra=[*dist, *a.override]
     )
     held = load_rl_examples(held_recipe)[: a.eval_prompts]
     frames = ctx.frames(held_recipe.video)
@@ -1388,7 +1401,7 @@ def row_learning(ctx: Ctx) -> Row:
         root / "rl",
         sft_final,
         ctx.data.rl,
-        seed=0,
+        seed=seed,
         steps=a.learning_rl_steps,
         extra=[*dist, *a.override],
     )
@@ -1398,40 +1411,145 @@ def row_learning(ctx: Ctx) -> Row:
     t = time.perf_counter()
     after = evaluate(final, held_recipe, held, frames)
     t_eval += time.perf_counter() - t
-    acc, acc_se = paired(after, before, "accuracy")
-    rew, rew_se = paired(after, before, "reward")
-    b_acc, a_acc = before.mean_se("accuracy")[0], after.mean_se("accuracy")[0]
-    b_rew, a_rew = before.mean_se("reward")[0], after.mean_se("reward")[0]
-    data = {
-        "before": before.metrics,
-        "after": after.metrics,
-        "accuracy_gain": acc,
-        "accuracy_gain_se": acc_se,
-        "reward_gain": rew,
-        "reward_gain_se": rew_se,
+    gains = {k: pooled_gain([(before, after)], k) for k in ("accuracy", "reward")}
+
+    def pair(key: str) -> list[float]:
+        return [before.metrics.get(key, math.nan), after.metrics.get(key, math.nan)]
+
+    return {
+        "seed": seed,
+        "strategy": strategy,
+        "sft_steps": sft.max_steps,
+        "rl_steps": rl.max_steps,
         "prompts": len(held),
         "group_size": held_recipe.rollout.group_size,
+        "accuracy": [before.mean_se("accuracy")[0], after.mean_se("accuracy")[0]],
+        "reward": [before.mean_se("reward")[0], after.mean_se("reward")[0]],
+        "accuracy_gain": gains["accuracy"].mean,
+        "accuracy_gain_se": gains["accuracy"].se,
+        "reward_gain": gains["reward"].mean,
+        "reward_gain_se": gains["reward"].se,
+        "call_attempts": pair("tool/call_attempts"),
+        "invalid_calls": pair("tool/invalid_calls"),
+        "tool_responses": pair("tool/responses"),
+        "tool_use": pair("tool_use_rate"),
+        "format_ok": pair("format_ok"),
+        "f_tau": pair("f_tau"),
+        "format_held": format_held(before.metrics, after.metrics),
         "seconds": {"sft": t_sft, "rl": t_rl, "evaluation": t_eval},
-        "strategy": a.learning_strategy,
+        "before": {"metrics": before.metrics, "per_prompt": before.per_prompt},
+        "after": {"metrics": after.metrics, "per_prompt": after.per_prompt},
     }
-    learned = acc >= ACCURACY_MARGIN and rew >= REWARD_MARGIN
+
+
+def seed_line(r: dict[str, Any]) -> str:
+    """One seed's numbers in the row's detail, before -> after RL: accuracy, reward, call
+    attempts, invalid calls and tool responses per episode, the shared format measure and f_tau.
+    A reward that rises while the calls turn invalid is the PARA-GRPO tool reward's known hole
+    (it pays 0.1, +0.5 with a right answer, for any call with a tool name, valid or not)."""
+
+    def arrow(key: str, digits: int = 2) -> str:
+        b, a = r[key]
+        return f"{b:.{digits}f} -> {a:.{digits}f}"
+
+    return (
+        f"seed {r['seed']} {r['strategy']}: accuracy {arrow('accuracy', 3)} "
+        f"({r['accuracy_gain']:+.3f} ± {r['accuracy_gain_se']:.3f}), reward {arrow('reward', 3)} "
+        f"({r['reward_gain']:+.3f} ± {r['reward_gain_se']:.3f}), calls {arrow('call_attempts')} "
+        f"(invalid {arrow('invalid_calls')}, tool responses {arrow('tool_responses')}), format ok "
+        f"{arrow('format_ok')}, f_tau {arrow('f_tau')}"
+        f"{'' if r['format_held'] else ' [format NOT held]'}"
+    )
+
+
+def row_learning(ctx: Ctx) -> Row:
+    """The learning check over `--learning-seeds` seeds (0..N-1), each under every strategy of
+    `--learning-strategy`, each its own cold start + PARA-GRPO (`learning_run`: the seeds share
+    seed 0's videos, only the training seed differs). A seed is started only while the budget
+    left (`--budget-s` from the check's start) fits the first seed's measured time. The verdict,
+    per strategy: `learned` on the accuracy and reward gains pooled over the seeds that ran
+    (the learning test's margins and standard errors; the seeds share their held-out prompts, so
+    each prompt counts once per seed) and `format_held` for every seed."""
+    a = ctx.args
+    full = a.learning_sft_steps >= 500 and a.learning_rl_steps >= 32
+    name = "learning" if full else "learning (rehearsal)"
+    strategies = LEARNING_STRATEGIES[a.learning_strategy]
+    runs: list[dict[str, Any]] = []
+    stopped = ""
+    per_seed = math.nan
+    for seed in range(a.learning_seeds):
+        left = a.budget_s - (time.monotonic() - ctx.t0)
+        if seed > 0 and left < per_seed:
+            stopped = (
+                f"seeds {seed}..{a.learning_seeds - 1} not started: {left:.0f} s of the budget "
+                f"left, a seed took {per_seed:.0f} s"
+            )
+            break
+        t = time.monotonic()
+        for strategy in strategies:
+            runs.append(learning_run(ctx, seed, strategy))
+            print(f"  learning, {seed_line(runs[-1])}", flush=True)
+            # kept as the seeds finish: a lease that ends mid-row still has them
+            (ctx.out / "learning_runs.json").write_text(json.dumps(runs, indent=1, default=str))
+            free_memory(ctx.device)
+        if seed == 0:
+            per_seed = time.monotonic() - t
+    seeds = sorted({r["seed"] for r in runs})
+    pooled: dict[str, Any] = {}
+    for strategy in strategies:
+        mine = [r for r in runs if r["strategy"] == strategy]
+        pairs = [
+            (
+                Evaluation(r["before"]["metrics"], r["before"]["per_prompt"]),
+                Evaluation(r["after"]["metrics"], r["after"]["per_prompt"]),
+            )
+            for r in mine
+        ]
+        gains = {k: pooled_gain(pairs, k) for k in ("accuracy", "reward")}
+        held = all(r["format_held"] for r in mine)
+        pooled[strategy] = {
+            **{k: {"mean": g.mean, "se": g.se, "z": g.z, "n": g.n} for k, g in gains.items()},
+            "learned": learned(gains),
+            "format_held": held,
+            "pass": learned(gains) and held,
+            "text": f"{strategy} pooled over {len(mine)} seed(s): {gains['accuracy']}, "
+            f"{gains['reward']}; learned {'yes' if learned(gains) else 'NO'}, format held on "
+            f"{sum(r['format_held'] for r in mine)} of {len(mine)} seeds",
+        }
+    margins = (
+        f"margins: pooled accuracy +{ACCURACY_MARGIN:g} and {ACCURACY_Z:g} SE, reward "
+        f"+{REWARD_MARGIN:g} and {REWARD_Z:g} SE; per seed invalid calls <= {INVALID_CALLS_MAX:g} "
+        f"an episode and format ok down <= {FORMAT_OK_DROP_MAX:g}"
+    )
     if full:
-        verdict = (
-            "learned (margins +0.08 accuracy, +0.30 reward, one seed)"
-            if learned
-            else "NOT learned: below the margins +0.08 accuracy / +0.30 reward (one seed)"
-        )
-        status = "PASS" if learned else "FAIL"
+        ok = all(p["pass"] for p in pooled.values())
+        verdict = f"{'learned' if ok else 'NOT learned'} ({margins})"
+        status = "PASS" if ok else "FAIL"
     else:
         verdict = "a rehearsal of the pipeline with too few steps: not a verdict"
         status = "PASS"
+    first = runs[0]
+    data = {
+        "seeds_requested": a.learning_seeds,
+        "seeds_run": seeds,
+        "stopped": stopped or None,
+        "strategies": list(strategies),
+        "per_seed_s": per_seed,
+        "videos": "seed 0's for every seed (the frame store's); the seeds differ in training seed",
+        "prompts": first["prompts"],
+        "group_size": first["group_size"],
+        "pooled": pooled,
+        "runs": runs,
+    }
     detail = (
-        f"seed 0, {a.learning_strategy} on {ctx.device.type}: SFT {sft.max_steps} steps "
-        f"({t_sft:.0f} s), PARA-GRPO {rl.max_steps} steps ({t_rl:.0f} s); held-out {len(held)} "
-        f"prompts x {held_recipe.rollout.group_size}: accuracy {b_acc:.3f} -> {a_acc:.3f} "
-        f"({acc:+.3f} ± {acc_se:.3f} paired), reward {b_rew:.3f} -> {a_rew:.3f} "
-        f"({rew:+.3f} ± {rew_se:.3f}), tool use {before.metrics['tool_use_rate']:.2f} -> "
-        f"{after.metrics['tool_use_rate']:.2f}, {calls(before)} -> {calls(after)}; {verdict}"
+        f"{len(seeds)} of {a.learning_seeds} seeds ({stopped or 'all ran'}), "
+        f"{'/'.join(strategies)} on {ctx.device.type}, every seed on seed 0's videos (training "
+        f"seed only); SFT {first['sft_steps']} steps, PARA-GRPO {first['rl_steps']} steps, "
+        f"held-out {first['prompts']} prompts x {first['group_size']}; "
+        + "; ".join(seed_line(r) for r in runs)
+        + "; "
+        + "; ".join(p["text"] for p in pooled.values())
+        + f"; {verdict}"
     )
     return Row(name, status, detail, data=data)
 
@@ -1529,7 +1647,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--budget-s",
         type=float,
         default=480.0,
-        help="rows that would start later than this are SKIPped (default: 480)",
+        help="rows that would start later than this are SKIPped, and the learning row starts "
+        "no further seed when what is left cannot fit its first seed's time (default: 480)",
     )
     add("--sft-steps", type=int, default=20, help="steps of the sft row (default: 20)")
     add("--rl-steps", type=int, default=3, help="steps of the rl row (default: 3)")
@@ -1552,11 +1671,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="PARA-GRPO steps of the learning row (default: 32, the learning test's)",
     )
     add(
+        "--learning-seeds",
+        type=int,
+        default=3,
+        help="seeds 0..N-1 of the learning row, each its own cold start + PARA-GRPO on the frame "
+        "store's videos (seed 0's; the seeds differ in training seed only); a seed is not started "
+        "when the budget left cannot fit the first seed's measured time (default: 3)",
+    )
+    add(
         "--learning-strategy",
-        choices=["fsdp2", "none"],
+        choices=list(LEARNING_STRATEGIES),
         default="fsdp2",
         help="fsdp2: fp32 master weights, bf16 compute (the 8B recipes); none: the miniature's "
-        "own setting, bf16 weights on a GPU (default: fsdp2)",
+        "own setting, bf16 weights on a GPU; both: every seed under each, judged per strategy "
+        "(default: fsdp2)",
     )
     add(
         "--eval-prompts",
@@ -1607,7 +1735,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.learning_seeds < 1:
+        parser.error("--learning-seeds must be at least 1")
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(message)s",
