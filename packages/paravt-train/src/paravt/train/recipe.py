@@ -126,6 +126,20 @@ class LoggingSpec(_Strict):
     tensorboard: bool = Field(False, description="Also log to TensorBoard (when installed).")
     wandb: bool = Field(False, description="Also log to Weights & Biases (when installed).")
     wandb_project: str = Field("paravt", description="W&B project name.")
+    episodes_per_k: int = Field(
+        2,
+        ge=0,
+        description="RL: episodes recorded per step and overview budget K (prompt, overview "
+        "thumbnails, turns, calls, sub-agent reports, reward parts) to <output_dir>/episodes/ "
+        "(paravt.train.episodes; rank 0's episodes; 0: none). `paravt-train episodes RUN_DIR` "
+        "summarises them and writes the viewer.",
+    )
+    episodes_max_mib: float = Field(
+        50.0,
+        ge=0,
+        description="RL: size cap of the run's episodes/ folder in MiB; recording stops (with a "
+        "warning) before an episode would pass it.",
+    )
 
 
 class VideoSpec(_Strict):

@@ -14,7 +14,8 @@ One step (`rl_step`):
    their episode's advantage;
 6. the rollout engine follows the new weights (`PolicyEngine.sync`);
 7. the metrics row (`step_metrics`), the watches (`NoSignalWatch`, `InvalidCallWatch`), progress
-   bar, checkpoint every N steps.
+   bar, checkpoint every N steps; rank 0 records a sample of the step's episodes
+   (`paravt.train.episodes`, `<output_dir>/episodes/`).
 
 With `rollout.max_staleness > 0` (SGLang servers only) steps 1-3 of later steps run ahead on a
 `paravt.train.producer.RolloutProducer` while this step trains: rollouts may come from weights up
@@ -47,6 +48,7 @@ from paravt.train.distributed import (
     all_reduce_mean,
     shard_like_policy,
 )
+from paravt.train.episodes import EpisodeRecorder
 from paravt.train.frames import FrameSource
 from paravt.train.metrics import RowOrder
 from paravt.train.modeling import (
@@ -172,6 +174,7 @@ class RLSetup:
     filler: Sequence_ | None
     no_signal: NoSignalWatch
     invalid_calls: InvalidCallWatch = field(default_factory=lambda: InvalidCallWatch(0))
+    episodes: EpisodeRecorder | None = None  # rank 0's sampled episodes (paravt.train.episodes)
 
     def close(self) -> None:
         if self.producer is not None:
@@ -268,6 +271,20 @@ def set_up_rl(
         invalid_calls=InvalidCallWatch(
             recipe.advantage.invalid_call_warn_window, recipe.advantage.invalid_call_warn_rise
         ),
+        episodes=episode_recorder(recipe, run),
+    )
+
+
+def episode_recorder(recipe: RLRecipe, run: Run) -> EpisodeRecorder | None:
+    """Rank 0's recorder of sampled episodes (after `Run.resume`: a resume keeps the steps done);
+    None on other ranks or with `logging.episodes_per_k` 0."""
+    if run.rank != 0 or recipe.logging.episodes_per_k <= 0:
+        return None
+    return EpisodeRecorder(
+        run.out / "episodes",
+        per_k=recipe.logging.episodes_per_k,
+        max_mib=recipe.logging.episodes_max_mib,
+        start=run.start,
     )
 
 
@@ -358,6 +375,16 @@ def rl_step(rl: RLSetup, step: int) -> tuple[dict[str, float], Rollouts]:
     metrics = step_metrics(ro, recipe, learned, synced, policy.metrics(), times, async_metrics)
     rl.no_signal.update(step, metrics["advantage/zero_groups_frac"], metrics["accuracy"])
     rl.invalid_calls.update(step, metrics)
+    t_rec = time.perf_counter()
+    if rl.episodes is not None:  # rank 0 only, no collective
+        staleness = int(async_metrics.get("rollout/staleness", 0))
+        rl.episodes.record(
+            step,
+            ro,
+            weight_version=step - 1 - staleness,
+            tool_response=recipe.rollout.tool_response,
+        )
+    metrics["time/episodes_s"] = time.perf_counter() - t_rec
     metrics["lr"] = run.backend.lr
     metrics["epoch"] = epoch
     return metrics, ro
