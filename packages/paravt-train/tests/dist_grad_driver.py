@@ -11,13 +11,27 @@ advantages differ per sequence and sign. For each aggregation the real update ru
 initial weights; its gradient is read, unsharded, just before the optimiser step (after FSDP2's
 gradient reduction) and written by rank 0 (and the reference) to OUT/grads-<tag>.pt with the
 update's metrics; every rank writes its own trained-token count to OUT/<tag>-rank<R>.json.
+
+FSDP2's warning that its root returned a grad-requiring view ("FSDP2-wrapped module ... returned
+a view tensor", torch 2.14) is an error here: an in-place op on such a view drops the root's
+pre-backward hook and its all-gather, silently. With our root (not resharded after forward) the
+gradient stays right, so the comparison alone cannot see it; with a root resharded after forward
+backward fails (mixed Tensor/DTensor). Only a view can lose the hook (an in-place op on a non-view
+keeps it), so no view may leave the root.
+
+Sabotage (`PARAVT_GRAD_SABOTAGE=inplace-view`, FSDP2 ranks only; test_distributed.py): the root
+module's output `logits` becomes a view, and an in-place op that leaves its values unchanged
+(`mul_(1.0)`) runs on it after the root's forward returns, before the loss: the run must fail.
+`PARAVT_GRAD_AGGREGATIONS` (comma-separated) runs fewer aggregations.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +138,28 @@ def capturing_step(backend: Backend, real_step: Any, seen: dict[str, Any]) -> An
     return step
 
 
+def sabotage_inplace_on_root_view(root: torch.nn.Module) -> None:
+    """After FSDP2's `fully_shard`: the root returns `logits` as a view (a hook ahead of FSDP2's
+    post-forward hook, which registers the pre-backward hook on it), and `logits.mul_(1.0)`
+    follows (a hook after it: the first thing a caller could do with the output)."""
+
+    def as_view(module: Any, args: Any, output: Any) -> Any:
+        return type(output)(**{**output, "logits": output.logits.view_as(output.logits)})
+
+    def in_place(module: Any, args: Any, output: Any) -> Any:
+        if torch.is_grad_enabled():
+            output.logits.mul_(1.0)
+        return output
+
+    root.register_forward_hook(as_view, prepend=True)
+    root.register_forward_hook(in_place)
+
+
+ROOT_VIEW_WARNING = r"FSDP2-wrapped module .* returned a view tensor"
+
+
 def main(model_path: str, out: Path, reference: bool) -> None:
+    warnings.filterwarnings("error", message=ROOT_VIEW_WARNING, category=UserWarning)
     torch.manual_seed(0)
     strategy = "none" if reference else "fsdp2"
     device = pick_device("cpu")
@@ -140,10 +175,15 @@ def main(model_path: str, out: Path, reference: bool) -> None:
     filler = None if reference else filler_sequence(engine)
     initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
     backend: Backend | None = None
-    for aggregation in AGGREGATIONS:
+    sabotage = os.environ.get("PARAVT_GRAD_SABOTAGE", "")
+    assert sabotage in ("", "inplace-view"), sabotage
+    chosen = os.environ.get("PARAVT_GRAD_AGGREGATIONS")
+    for aggregation in chosen.split(",") if chosen else AGGREGATIONS:
         recipe = recipe_for(model_path, out, aggregation, strategy)
         if backend is None:
             backend = Backend(model, recipe.distributed, recipe.optim, recipe.max_steps)
+            if sabotage and not reference:
+                sabotage_inplace_on_root_view(backend.model)
         else:  # the same initial weights for every aggregation
             backend.load_model_state(initial)
         seen: dict[str, dict[str, torch.Tensor]] = {}

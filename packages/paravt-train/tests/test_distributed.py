@@ -23,6 +23,7 @@ import pytest
 DRIVER = Path(__file__).parent / "dist_driver.py"
 REHEARSAL = Path(__file__).parent / "rehearsal_driver.py"
 REHEARSAL_BOUND_S = 280
+GRAD_DRIVER = Path(__file__).parent / "dist_grad_driver.py"  # test_guard_distributed_gradient.py
 
 
 def _env(tmp: Path) -> dict[str, str]:
@@ -157,3 +158,30 @@ def test_sft_and_rl_steps_run_in_one_process_with_deepspeed_zero2(
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     _check_run(tmp_path)
     assert (tmp_path / "rl" / "checkpoints" / "step-000002" / "deepspeed").is_dir()
+
+
+@pytest.mark.slow
+def test_the_gradient_guard_fails_on_an_in_place_op_on_a_view_the_fsdp2_root_returned(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    """The teeth of the 2-rank gradient guard (dist_grad_driver.py) for FSDP2's "returned a view
+    tensor" hazard: an in-place op on a view that the root module returned drops the root's
+    pre-backward hook. With our root (parameters kept unsharded after forward) that is silent and
+    the gradients still match, so the driver makes the warning an error; the sabotaged ranks (root
+    `logits` made a view, then `mul_(1.0)` on it before the loss) must fail loudly, before any
+    gradient is written. Without the sabotage the same driver passes the guard (no view leaves
+    the root: `paravt.train.modeling._logits_only`)."""
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    cmd = [torchrun, "--standalone", "--nproc_per_node", "2"]
+    cmd += [str(GRAD_DRIVER), str(tiny_model_path), str(tmp_path)]
+    env = {
+        **_env(tmp_path),
+        "PARAVT_GRAD_SABOTAGE": "inplace-view",
+        "PARAVT_GRAD_AGGREGATIONS": "token-mean",
+    }
+    done = subprocess.run(cmd, env=env, capture_output=True, timeout=240)
+    err = done.stderr.decode()
+    assert done.returncode != 0, err[-4000:]
+    assert "UserWarning: FSDP2-wrapped module" in err, err[-4000:]
+    assert "returned a view tensor" in err, err[-4000:]
+    assert not list(tmp_path.glob("grads-*.pt"))

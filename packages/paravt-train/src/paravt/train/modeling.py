@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -233,6 +233,26 @@ class _SelectedLogProbHead(torch.nn.Module):
         )
 
 
+# What Qwen-VL forwards return beside the logits: the vision encoder's outputs, kept for callers
+# that reuse them (transformers' `mm_encoder_outputs`). Per image they are `torch.split` views of
+# the encoder's output (`pooler_output`, `deepstack_features`), still on the autograd graph.
+_ENCODER_OUTPUTS = ("image_outputs", "video_outputs")
+
+
+def _logits_only(module: torch.nn.Module, args: Any, output: Any) -> Any:
+    """Forward hook of `token_logprobs`, ahead of FSDP2's post-forward hook: the output without
+    `_ENCODER_OUTPUTS`, which nothing here reads.
+
+    FSDP2 hooks every grad-requiring tensor of its root's output for its pre-backward, and warns
+    that an in-place op on a view among them would silently drop that hook (torch 2.14,
+    `_fsdp_state._register_pre_backward_hook`). The views were the encoder's per-image splits, not
+    the logits; without them the root returns only `logits`, a fresh tensor (`torch.cat`), and
+    the warning stays meaningful for what is used."""
+    if not isinstance(output, Mapping) or not any(k in output for k in _ENCODER_OUTPUTS):
+        return output
+    return type(output)(**{k: v for k, v in output.items() if k not in _ENCODER_OUTPUTS})
+
+
 def token_logprobs(
     model: Any,
     batch: dict[str, Any],
@@ -262,9 +282,11 @@ def token_logprobs(
     inner = _inner(model)
     head = inner.lm_head
     inner.lm_head = _SelectedLogProbHead(head, rows, cols, targets, temperature, chunk)
+    hook = inner.register_forward_hook(_logits_only, prepend=True)
     try:
         picked = model(**model_inputs(model, batch), use_cache=False).logits
     finally:
+        hook.remove()
         inner.lm_head = head
     out = torch.zeros(ids.shape, dtype=torch.float32, device=picked.device)
     return out.index_put((rows, cols + 1), picked.float())
