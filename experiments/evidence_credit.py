@@ -109,7 +109,11 @@ def main() -> None:
     }
     runs = {"reference": ("reference", LR, ""), "evidence": ("evidence", LR, "")}
     for control in args.controls:
-        runs[control] = ("evidence", LR_ZERO if control == "lr0" else LR, "sign" * (control == "sign"))
+        runs[control] = (
+            "evidence",
+            LR_ZERO if control == "lr0" else LR,
+            "sign" * (control == "sign"),
+        )
     for name, (reward, lr, sabotage) in runs.items():
         t = time.perf_counter()
         (after,) = rl_from_cold_start(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from paravt.core import AgentConfig, AgentTask, Message, run_episodes_sync
+from paravt.core import AgentConfig, AgentTask, Episode, Message, run_episodes_sync
 from paravt.core.runtime import Trajectory
 from paravt.core.testing import ScriptedEngine, StaticToolbox
 from paravt.rewards import PRESETS, RewardConfig, score, score_episode
@@ -37,7 +37,7 @@ INVALID = [k for k in CALLS if k != "valid"]
 ANSWERS = {"right": "B", "wrong": "C"}
 
 
-def episode(first: str, final: str, toolbox: StaticToolbox | None = None):  # noqa: ANN201
+def episode(first: str, final: str, toolbox: StaticToolbox | None = None) -> Episode:
     """A two-turn episode from the real runtime (the call turn, then the answer turn)."""
 
     def respond(traj: Trajectory) -> str:
@@ -91,7 +91,9 @@ def test_a_call_whose_tool_failed_brings_no_evidence(preset: str) -> None:
     config = RewardConfig.preset(preset)
     box = StaticToolbox(duration_s=60, fail_starts=frozenset({10.0}))
     final = f"{THINK}</think><answer>B</answer>"
-    failed = score_episode(episode(f"{THINK}</think>{CALLS['valid']}", final, box), "B", "mcq", config)
+    failed = score_episode(
+        episode(f"{THINK}</think>{CALLS['valid']}", final, box), "B", "mcq", config
+    )
     without = score_episode(episode(final, "unused"), "B", "mcq", config)
     assert (failed.tool, failed.tool_responses, failed.penalty) == (0.0, 0, 1.0)
     assert failed.total == pytest.approx(without.total - config.gamma)
@@ -114,7 +116,9 @@ def test_the_released_form_is_the_hole_and_stays_reachable_by_name() -> None:
     with a right answer scores above the same answer with no call."""
     config = RewardConfig.preset("reference_paragrpo")
     final = f"{THINK}</think><answer>B</answer>"
-    bad = score_episode(episode(f"{THINK}</think>{CALLS['empty_window']}", final), "B", "mcq", config)
+    bad = score_episode(
+        episode(f"{THINK}</think>{CALLS['empty_window']}", final), "B", "mcq", config
+    )
     none = score_episode(episode(final, "unused"), "B", "mcq", config)
     assert bad.tool == pytest.approx(0.6) and bad.total > none.total
     assert set(PRESETS) == {"paragrpo", "vanilla", "reference_paragrpo", "reference_vanilla"}

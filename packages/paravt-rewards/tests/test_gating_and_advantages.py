@@ -99,3 +99,85 @@ def test_token_advantages_broadcast_and_add_the_anchor_vector() -> None:
     assert out[0] == pytest.approx([1.5, 1.7, 1.5]) and out[1] == [-0.5, -0.5]
     with pytest.raises(ValueError):
         token_advantages([1.0], [3], [[0.1]])
+
+
+# ---------------------------------------------------------------- token credit in advantage units
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "dr_grpo"])
+@pytest.mark.parametrize("batch_norm", [True, False])
+def test_advantage_scales_are_the_exchange_rate_from_reward_to_advantage(
+    estimator: str, batch_norm: bool
+) -> None:
+    """advantage = scale * (reward - its group's mean) + one constant for the batch (the batch
+    mean): the rate at which a reward above the group's mean becomes advantage."""
+    from paravt.rewards import advantage_scales
+
+    config = AdvantageConfig(estimator=estimator, batch_norm=batch_norm)  # type: ignore[arg-type]
+    rewards = [0.3, 1.4, 2.0, 0.9, 1.0, 1.0, 1.0, 1.0, 1.8, 0.1, 1.7, 1.1]  # inside the clip
+    scales = advantage_scales(rewards, 4, config=config)
+    advantages = group_advantages(rewards, 4, config=config)
+    offsets = []
+    for g in range(0, 12, 4):
+        mean = sum(rewards[g : g + 4]) / 4
+        for i in range(g, g + 4):
+            offsets.append(advantages[i] - scales[i] * (rewards[i] - mean))
+    if estimator == "grpo":  # the all-equal group carries no preference: scale 0
+        assert scales[4:8] == [0.0] * 4
+    assert all(k > 0 for k in scales[:4] + scales[8:])
+    assert offsets == pytest.approx([offsets[0]] * 12, abs=1e-9)
+    assert batch_norm or offsets[0] == pytest.approx(0.0, abs=1e-9)
+    # a shaped reward at the clip does not move: no exchange
+    clipped = advantage_scales([0.0, 5.0, 1.0, 0.5], 4, config=config)
+    assert clipped[1] == 0.0 and clipped[0] > 0
+
+
+def test_anchor_credit_is_measured_against_the_group_and_sums_to_the_share() -> None:
+    from paravt.rewards import anchor_advantages
+
+    close = ("close_think", 0.2, [5])
+    flow = ("flow", 0.15, [5, 9, 10])
+    broken = ("broken_calls", -0.15, [3, 4])
+    # group 1: every rollout closes its think: no credit for it anywhere
+    # group 2: two of four give the full flow, one a broken call
+    parts = [
+        [close],
+        [close],
+        [close],
+        [close],
+        [close, flow],
+        [close, flow, broken],
+        [close],
+        [],
+    ]
+    scales = [2.0] * 8
+    credits, shares = anchor_advantages(parts, scales, 4)
+    assert all(v == pytest.approx(0.0) for c in credits[:4] for v in c.values())
+    assert shares[:4] == pytest.approx([0.0] * 4)
+    # the group's mean close part is 0.15, flow 0.075, broken -0.0375
+    assert credits[4][9] == pytest.approx(2.0 * (0.15 - 0.075) / 3)
+    assert credits[5][3] == pytest.approx(2.0 * (-0.15 + 0.0375) / 2)
+    assert credits[7] == {}  # nothing earned: no token to credit, its share carries the miss
+    totals = [sum(v for _, v, _ in p) for p in parts]
+    means = {"close_think": 0.15, "flow": 0.075, "broken_calls": -0.0375}
+    for i in range(4, 8):
+        assert shares[i] == pytest.approx(2.0 * (totals[i] - sum(totals[4:]) / 4))
+        # the tokens hold the parts the rollout earned; the parts it missed are in its share only
+        missed = sum(-2.0 * m for name, m in means.items() if name not in {p[0] for p in parts[i]})
+        assert sum(credits[i].values()) + missed == pytest.approx(shares[i])
+
+
+def test_token_parts_sum_to_the_token_vector_and_the_weighted_anchor() -> None:
+    from paravt.core import parse_response
+    from paravt.rewards import anchor_token_parts, anchor_token_rewards
+
+    text = "<think>I look at the whole clip.</think><answer>B</answer>"
+    parsed = parse_response(text)
+    offsets = [(i, i + 1) for i in range(len(text))]
+    parts = anchor_token_parts(parsed, offsets, lambda_anchor=0.5)
+    vector = anchor_token_rewards(parsed, offsets, lambda_anchor=0.5)
+    assert sum(p.value for p in parts) == pytest.approx(0.35) == pytest.approx(sum(vector))
+    assert [p.name for p in anchor_token_parts(parsed, [], lambda_anchor=0.5)] == [
+        "close_think",
+        "flow",
+    ]

@@ -18,12 +18,19 @@ from paravt.rewards.accuracy import (
 from paravt.rewards.advantages import (
     ADVANTAGE_ESTIMATORS,
     AdvantageConfig,
+    advantage_scales,
+    anchor_advantages,
     batch_normalize,
     group_advantages,
     shape_rewards,
     token_advantages,
 )
-from paravt.rewards.anchoring import anchor_token_rewards, structural_token_positions
+from paravt.rewards.anchoring import (
+    AnchorPart,
+    anchor_token_parts,
+    anchor_token_rewards,
+    structural_token_positions,
+)
 from paravt.rewards.config import (
     EVIDENCE_GAMMA,
     PRESETS,
@@ -57,6 +64,7 @@ __all__ = [
     "PRESETS",
     "AccuracyMode",
     "AdvantageConfig",
+    "AnchorPart",
     "AnchoringForm",
     "FormatTerms",
     "JudgeConfig",
@@ -68,6 +76,9 @@ __all__ = [
     "Structure",
     "ToolCredit",
     "__version__",
+    "advantage_scales",
+    "anchor_advantages",
+    "anchor_token_parts",
     "anchor_token_rewards",
     "answer_text",
     "batch_normalize",

@@ -171,3 +171,90 @@ def token_advantages(
             row = [a + anchor_scale * v for a, v in zip(row, vec)]
         out.append(row)
     return out
+
+
+def advantage_scales(
+    rewards: Sequence[float],
+    group_size: int | None = None,
+    *,
+    group_ids: Sequence[object] | None = None,
+    config: AdvantageConfig | None = None,
+) -> list[float]:
+    """How far one unit of reward moves each rollout's advantage under `group_advantages`, the
+    group's and the batch's statistics held fixed: `scaling / (group std + eps)` ('grpo'; 'dr_grpo':
+    `scaling`), divided by `batch std + eps` with batch normalisation. 0 where the rollout's
+    advantage is 0 for want of a preference (a group of one, an all-equal group) or where its
+    shaped reward sits at the clip. This is the exchange rate from reward units to advantage
+    units that token-level credit needs (`anchor_advantages`)."""
+    config = config or AdvantageConfig()
+    shaped = shape_rewards(rewards, config)
+    out = [0.0] * len(shaped)
+    group_adv = [0.0] * len(shaped)
+    estimator = ADVANTAGE_ESTIMATORS[config.estimator]
+    for idx in _groups(len(shaped), group_size, group_ids):
+        group = [shaped[i] for i in idx]
+        std = _std(group, config.unbiased_std)
+        for i, a in zip(idx, estimator(group, config)):
+            group_adv[i] = a
+        if len(idx) < 2 or (config.estimator == "grpo" and std == 0.0):
+            continue
+        k = config.reward_scaling / (std + config.eps if config.estimator == "grpo" else 1.0)
+        for i in idx:
+            out[i] = 0.0 if abs(shaped[i]) >= config.reward_clip else k
+    if config.batch_norm:
+        std = _std(group_adv, config.unbiased_std)
+        out = [k / (std + config.eps) if std else 0.0 for k in out]
+    return out
+
+
+def anchor_advantages(
+    parts: Sequence[Sequence[tuple[str, float, Sequence[int]]]],
+    scales: Sequence[float],
+    group_size: int | None = None,
+    *,
+    group_ids: Sequence[object] | None = None,
+) -> tuple[list[dict[int, float]], list[float]]:
+    """Token-level anchoring in the advantage's units, with the group as its baseline.
+
+    In: per rollout the anchor parts it earned (`paravt.rewards.anchoring.AnchorPart`: a name, its
+    value in reward units, its token indices; one part name may come from several turns) and
+    per rollout `advantage_scales(...)` of the rewards its advantage was computed from (the
+    sequence reward plus its anchor total). Out: per rollout `{token: anchor advantage}` and per
+    rollout the anchor's share of its sequence advantage, `scale * (T - mean T over the group)`.
+
+    A part's credit is its value minus the group's mean value of that part (an episode that did
+    not earn it counts 0), times the rollout's scale, split evenly over its tokens: a structural
+    token that every rollout of the group gets right carries nothing, one that only some get
+    right is pushed up in those and its absence lowers the others' sequence share. With
+    advantages computed on `reward + anchor total`, `sequence advantage - share` on every token
+    and the token credit on top is the sequence-level anchoring's advantage with the anchor's
+    share moved onto the tokens that earned it.
+    """
+    n = len(parts)
+    if len(scales) != n:
+        raise ValueError(f"{len(scales)} scales for {n} rollouts")
+    merged: list[dict[str, tuple[float, set[int]]]] = []
+    for rollout in parts:
+        by_name: dict[str, tuple[float, set[int]]] = {}
+        for name, value, tokens in rollout:
+            v, toks = by_name.get(name, (0.0, set()))
+            by_name[name] = (v + value, toks | set(tokens))
+        merged.append(by_name)
+    credits: list[dict[int, float]] = [{} for _ in range(n)]
+    shares = [0.0] * n
+    for idx in _groups(n, group_size, group_ids):
+        names = {name for i in idx for name in merged[i]}
+        means = {
+            name: math.fsum(merged[i].get(name, (0.0, set()))[0] for i in idx) / len(idx)
+            for name in names
+        }
+        for i in idx:
+            k = scales[i]
+            shares[i] = k * math.fsum(merged[i].get(p, (0.0, set()))[0] - means[p] for p in names)
+            for name, (value, tokens) in merged[i].items():
+                if not tokens:
+                    continue
+                per_token = k * (value - means[name]) / len(tokens)
+                for t in tokens:
+                    credits[i][t] = credits[i].get(t, 0.0) + per_token
+    return credits, shares

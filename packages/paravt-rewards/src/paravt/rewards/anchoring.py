@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from paravt.core import ParsedResponse, TagSpan
 from paravt.rewards.terms import (
@@ -80,6 +81,60 @@ def structural_token_positions(parsed: ParsedResponse, offsets: Offsets) -> list
     return sorted(found)
 
 
+class AnchorPart(NamedTuple):
+    """One part of R_anchor earned by a response: its name, its value (`lambda_anchor` times the
+    part's weight: reward units) and the tokens that carry it."""
+
+    name: str  # close_think, flow, unclosed_think, tool_calls, broken_calls
+    value: float
+    tokens: list[int]  # indices into the offsets; the last token when its tags have none
+
+
+def anchor_token_parts(
+    parsed: ParsedResponse,
+    offsets: Offsets,
+    *,
+    lambda_anchor: float = 0.5,
+    min_think_chars: int = 10,
+    tool_calls: bool = False,
+) -> list[AnchorPart]:
+    """The parts of `lambda_anchor * R_anchor` this response earned, each with its tokens (see
+    the module docstring). Their values sum to `lambda_anchor * R_anchor` (tool-call parts
+    included); without offsets every part has no tokens."""
+    if lambda_anchor == 0:
+        return []
+    n = len(offsets)
+    index = _index(offsets)
+    first: dict[str, TagSpan] = {}
+    for tag in parsed.tags:
+        first.setdefault(tag.tag, tag)
+    think = substantive_think(parsed, min_think_chars)
+    close = first.get("</think>")
+    answer = next((b for b in parsed.answer_blocks if b.closed and b.content.strip()), None)
+
+    parts: list[tuple[str, float, list[TagSpan]]] = []
+    if close is not None and think:
+        parts.append(("close_think", ANCHOR_CLOSE_THINK, [close]))
+        if answer is not None:
+            a_open = next(t for t in parsed.tags if t.start == answer.start)
+            a_close = next(t for t in parsed.tags if t.end == answer.end and t.tag == "</answer>")
+            parts.append(("flow", ANCHOR_FLOW, [close, a_open, a_close]))
+    if "<think>" in first and close is None:
+        parts.append(("unclosed_think", ANCHOR_UNCLOSED_THINK, [first["<think>"]]))
+    if tool_calls:
+        good, bad = _call_tags(parsed)
+        if good:
+            parts.append(("tool_calls", ANCHOR_TOOL_CALLS, good))
+        if bad:
+            parts.append(("broken_calls", ANCHOR_BROKEN_CALLS, bad))
+
+    out = []
+    for name, value, spans in parts:
+        tokens = sorted({i for s in spans for i in _tokens_of(s, offsets, index)}) if n else []
+        out.append(AnchorPart(name, lambda_anchor * value, tokens or ([n - 1] if n else [])))
+    return out
+
+
 def anchor_token_rewards(
     parsed: ParsedResponse,
     offsets: Offsets,
@@ -94,35 +149,16 @@ def anchor_token_rewards(
     rewards = [0.0] * n
     if n == 0 or lambda_anchor == 0:
         return rewards
-    index = _index(offsets)
-    first: dict[str, TagSpan] = {}
-    for tag in parsed.tags:
-        first.setdefault(tag.tag, tag)
-    think = substantive_think(parsed, min_think_chars)
-    close = first.get("</think>")
-    answer = next((b for b in parsed.answer_blocks if b.closed and b.content.strip()), None)
-
-    parts: list[tuple[float, list[TagSpan]]] = []
-    if close is not None and think:
-        parts.append((ANCHOR_CLOSE_THINK, [close]))
-        if answer is not None:
-            a_open = next(t for t in parsed.tags if t.start == answer.start)
-            a_close = next(t for t in parsed.tags if t.end == answer.end and t.tag == "</answer>")
-            parts.append((ANCHOR_FLOW, [close, a_open, a_close]))
-    if "<think>" in first and close is None:
-        parts.append((ANCHOR_UNCLOSED_THINK, [first["<think>"]]))
-    if tool_calls:
-        good, bad = _call_tags(parsed)
-        if good:
-            parts.append((ANCHOR_TOOL_CALLS, good))
-        if bad:
-            parts.append((ANCHOR_BROKEN_CALLS, bad))
-
-    for value, spans in parts:
-        tokens = sorted({i for s in spans for i in _tokens_of(s, offsets, index)})
-        targets = tokens or [n - 1]
-        share = lambda_anchor * value / len(targets)
-        for i in targets:
+    parts = anchor_token_parts(
+        parsed,
+        offsets,
+        lambda_anchor=lambda_anchor,
+        min_think_chars=min_think_chars,
+        tool_calls=tool_calls,
+    )
+    for part in parts:
+        share = part.value / len(part.tokens)
+        for i in part.tokens:
             rewards[i] += share
     return rewards
 

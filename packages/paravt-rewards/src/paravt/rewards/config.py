@@ -189,7 +189,9 @@ class RewardConfig(BaseModel):
     @classmethod
     def reference_vanilla(cls, **overrides: object) -> RewardConfig:
         """The released vanilla-GRPO reward exactly (`tool_credit="parseable"`, gamma 0)."""
-        return cls.model_validate({**_VANILLA, "tool_credit": "parseable", "gamma": 0.0, **overrides})
+        return cls.model_validate(
+            {**_VANILLA, "tool_credit": "parseable", "gamma": 0.0, **overrides}
+        )
 
     @classmethod
     def preset(cls, name: str, **overrides: object) -> RewardConfig:
@@ -197,7 +199,8 @@ class RewardConfig(BaseModel):
         'reference_vanilla')."""
         if name not in PRESETS:
             raise ValueError(f"unknown reward preset {name!r}; use one of {', '.join(PRESETS)}")
-        return getattr(cls, name)(**overrides)  # type: ignore[no-any-return]
+        made: RewardConfig = getattr(cls, name)(**overrides)
+        return made
 
     def accuracy_mode(self, question_type: str | None) -> AccuracyMode:
         """The accuracy mode used for `question_type` (None or unknown -> default_accuracy)."""

@@ -14,7 +14,9 @@ import torch
 
 from paravt.rewards import (
     AdvantageConfig,
-    anchor_token_rewards,
+    advantage_scales,
+    anchor_advantages,
+    anchor_token_parts,
     episode_structure,
     group_advantages,
     score_episode,
@@ -56,9 +58,43 @@ def score_rollouts(ro: Rollouts, reward_config: Any, recipe: RLRecipe) -> None:
         reward_bias=a.reward_bias,
         batch_norm=a.batch_norm,
     )
-    ro.advantages = global_group_advantages(
-        [r.total for r in ro.rewards], recipe.rollout.group_size, config
+    totals = [r.total for r in ro.rewards]
+    if a.token_level_anchoring:
+        # The anchor term enters the advantage in the advantage's own units: the advantages are
+        # computed on reward + anchor total (as sequence-level anchoring would), and
+        # `training_sequences` moves the anchor's share onto the tokens that earned it, each
+        # part against the group's mean of that part. Adding the raw anchor reward times
+        # reward_scaling to advantages already normalised per group and batch (the earlier
+        # form) put +2.0 on every `</think>` of every step, with no baseline: about twice a
+        # typical advantage, whatever the group did.
+        ro.anchor_totals = [
+            sum(p.value for t in ep.turns for p in _anchor_parts(t.parsed, [], reward_config))
+            for ep in ro.episodes
+        ]
+        totals = [x + t for x, t in zip(totals, ro.anchor_totals)]
+        ro.anchor_scales = global_advantage_scales(totals, recipe.rollout.group_size, config)
+    ro.advantages = global_group_advantages(totals, recipe.rollout.group_size, config)
+
+
+def _anchor_parts(parsed: Any, offsets: Sequence[tuple[int, int]], reward_config: Any) -> Any:
+    return anchor_token_parts(
+        parsed,
+        offsets,
+        lambda_anchor=reward_config.lambda_anchor,
+        min_think_chars=reward_config.min_think_chars,
+        tool_calls=reward_config.anchor_tool_calls,
     )
+
+
+def global_advantage_scales(totals: list[float], group_size: int, config: Any) -> list[float]:
+    """This rank's `advantage_scales` (reward units -> advantage units) over the global batch
+    (collective: every rank calls it, in the same order as `global_group_advantages`)."""
+    gathered = all_gather_floats(totals)
+    everything = [x for rank_totals in gathered for x in rank_totals]
+    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+    offset = sum(len(g) for g in gathered[:rank])
+    scales = advantage_scales(everything, group_size, config=config)
+    return scales[offset : offset + len(totals)]
 
 
 def global_group_advantages(totals: list[float], group_size: int, config: Any) -> list[float]:
@@ -242,6 +278,25 @@ def _turn_offsets(engine: Any, ids: Sequence[int], prefix: str) -> list[tuple[in
     return spans
 
 
+def _episode_anchor_parts(ep: Any, engine: Any, prefix: str, reward_config: Any) -> list[Any]:
+    """The anchor parts of every turn of `ep`, their tokens as indices of the main trajectory."""
+    main = ep.main
+    # generated runs of the main trajectory are the turns, in order
+    runs, start = [], None
+    for i, m in enumerate([*main.loss_mask, 0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            runs.append((start, i))
+            start = None
+    parts = []
+    for (s, e), turn in zip(runs, ep.turns):
+        offsets = _turn_offsets(engine, main.token_ids[s:e], prefix)
+        for part in _anchor_parts(turn.parsed, offsets, reward_config):
+            parts.append((part.name, part.value, [s + i for i in part.tokens]))
+    return parts
+
+
 def training_sequences(
     ro: Rollouts, recipe: RLRecipe, engine: Any, reward_config: Any
 ) -> list[Sequence_]:
@@ -249,28 +304,22 @@ def training_sequences(
 
     seqs: list[Sequence_] = []
     prefix = "<think>\n" if recipe.rollout.think_prefix else ""
-    for ep, adv in zip(ro.episodes, ro.advantages):
+    token_anchoring = recipe.advantage.token_level_anchoring
+    if token_anchoring:
+        credits, shares = anchor_advantages(
+            [_episode_anchor_parts(ep, engine, prefix, reward_config) for ep in ro.episodes],
+            ro.anchor_scales,
+            recipe.rollout.group_size,
+        )
+    for n, (ep, adv) in enumerate(zip(ro.episodes, ro.advantages)):
         main = ep.main
-        advs = [adv] * len(main.token_ids)
-        if recipe.advantage.token_level_anchoring:
-            # generated runs of the main trajectory are the turns, in order
-            runs, start = [], None
-            for i, m in enumerate([*main.loss_mask, 0]):
-                if m and start is None:
-                    start = i
-                elif not m and start is not None:
-                    runs.append((start, i))
-                    start = None
-            for (s, e), turn in zip(runs, ep.turns):
-                offsets = _turn_offsets(engine, main.token_ids[s:e], prefix)
-                bonus = anchor_token_rewards(
-                    turn.parsed,
-                    offsets,
-                    lambda_anchor=reward_config.lambda_anchor,
-                    tool_calls=reward_config.anchor_tool_calls,
-                )
-                for i, b in zip(range(s, e), bonus):
-                    advs[i] += b * recipe.advantage.reward_scaling
+        if token_anchoring:
+            # the outcome's share on every token, each anchor part's credit on its own tokens
+            advs = [adv - shares[n]] * len(main.token_ids)
+            for i, c in credits[n].items():
+                advs[i] += c
+        else:
+            advs = [adv] * len(main.token_ids)
         seqs.append(Sequence_(main.token_ids, main.loss_mask, main.media, main.logprobs, advs))
         if recipe.loss.include_subagents_in_loss:
             for sub in ep.subagents:
