@@ -1,4 +1,4 @@
-"""`paravt-train`: sft, rl, materialize, plot, smoke and doctor subcommands.
+"""`paravt-train`: sft, rl, materialize, plot, episodes, smoke and doctor subcommands.
 
 Heavy imports (torch, transformers) happen inside the subcommands, so `--help` is instant.
 Help and errors as the other command lines (`paravt.core.cli_style`): an error ends in one line on
@@ -91,6 +91,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser(
+        "episodes",
+        help="summarise a run's recorded episodes (table) and write their HTML viewer",
+        description="Per step, over RUN_DIR/episodes/episodes.jsonl (the episodes an RL run "
+        "records, logging.episodes_per_k per overview budget K): call attempts, invalid calls "
+        "by the parser's error, tool responses, crops per turn, answer rate, accuracy, f_tau, "
+        "format ok, leaked prior and reward, then the top invalid-call reasons and the invalid "
+        "share's trend. Also writes a static HTML viewer (no server: open it from the file "
+        "system) with sparklines, every recorded episode, filters and paging.",
+    )
+    p.add_argument("run", type=Path, metavar="RUN_DIR", help="run directory (or its episodes/)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON instead")
+    p.add_argument(
+        "--html",
+        type=Path,
+        default=None,
+        metavar="OUT",
+        help="where to write the viewer (default: RUN_DIR/episodes/index.html)",
+    )
+    p.add_argument("--no-html", action="store_true", help="do not write the viewer")
+
+    p = sub.add_parser(
         "smoke",
         help="the whole pipeline on a tiny model: synth -> SFT -> PARA-GRPO -> summary",
         description="Build the tiny Qwen3-VL, generate a small synthetic task set, run tiny_sft "
@@ -127,11 +148,33 @@ def _train(args: argparse.Namespace, stage: str) -> int:
     return 0
 
 
+def _episodes(args: argparse.Namespace) -> int:
+    # lazy: loaded when this subcommand runs (`--help` stays fast)
+    from paravt.train.episode_report import (
+        print_summary,
+        summarize,
+        summary_json,
+        write_html,
+    )
+    from paravt.train.episodes import read_episodes
+
+    summary = summarize(read_episodes(args.run))
+    if args.json:
+        print(summary_json(summary))
+    else:
+        print_summary(summary, title=str(args.run))
+    if not args.no_html:
+        out = write_html(args.run, args.html)
+        print(f"wrote {out}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
 def _input_errors() -> tuple[type[BaseException], ...]:
     # lazy: pyarrow, loaded only when an error comes (`--help` and doctor stay fast)
     from paravt.train.data import ParaVTDataError
+    from paravt.train.episodes import EpisodesNotFound
 
-    return (RecipeError, ParaVTDataError)
+    return (RecipeError, ParaVTDataError, EpisodesNotFound)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,6 +210,8 @@ def _run(args: argparse.Namespace) -> int:
         out = plot_runs(args.runs, args.out)
         print(f"wrote {out}")
         return 0
+    if args.command == "episodes":
+        return _episodes(args)
     if args.command == "doctor":
         return doctor.run(args.server, args.recipe, args.overrides)  # RecipeError: above, exit 2
     if args.command == "smoke":

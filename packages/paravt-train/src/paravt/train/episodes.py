@@ -449,17 +449,20 @@ def truncate_episodes(root: Path, last_step: int) -> None:
                 shutil.rmtree(d, ignore_errors=True)
 
 
+class EpisodesNotFound(FileNotFoundError):
+    """No episodes.jsonl where one was asked for (a command line's input error)."""
+
+
 def read_episodes(path: Path) -> Iterator[dict[str, Any]]:
     """The records of `path` (a run directory, its episodes/ folder or an episodes.jsonl), in
     file order; lines that are not whole JSON objects are skipped."""
     path = Path(path)
     if path.is_dir():
-        path = path / EPISODES_FILE if (path / EPISODES_FILE).is_file() else path / "episodes"
-        if path.is_dir():
-            path = path / EPISODES_FILE
+        own = path / EPISODES_FILE
+        path = own if own.is_file() else path / "episodes" / EPISODES_FILE
     if not path.is_file():
-        raise FileNotFoundError(
-            f"no {EPISODES_FILE} at {path}: RL runs write <output_dir>/episodes/{EPISODES_FILE} "
+        raise EpisodesNotFound(
+            f"no {path}: RL runs write <output_dir>/episodes/{EPISODES_FILE} "
             "when logging.episodes_per_k > 0"
         )
     with path.open() as f:
