@@ -35,6 +35,7 @@ TEST_TOOLS = [
     "av>=12",  # paravt-tools: independent decodes of real clips
     "nox>=2024.10.9",
     "trl==1.16.0",  # paravt-rewards: a real GRPOTrainer run with our reward functions
+    "selenium>=4.20",  # paravt-train: the episode viewer in headless Chromium
     *RELEASE_TOOLS,
 ]
 
