@@ -1,7 +1,8 @@
 """The main job (`nox -s train_smoke`): tiny model -> synthetic tasks -> SFT -> PARA-GRPO -> summary.
 
 Writes OUT/metrics.jsonl (RL), OUT/curves.png, OUT/final/ (HF-loadable), OUT/sft/ (the cold
-start) and OUT/summary.md with f_tau (beside format ok and invalid calls per rollout) / kappa /
+start), OUT/episodes/ (the RL steps' recorded episodes) with their viewer OUT/episodes.html, and
+OUT/summary.md with f_tau (beside format ok and invalid calls per rollout) / kappa /
 accuracy before and after RL, measured on the same prompts at the rollout temperature, plus wall
 time and peak memory (getrusage).
 """
@@ -16,6 +17,7 @@ import resource
 import time
 from pathlib import Path
 
+from paravt.train.episode_report import write_html
 from paravt.train.miniature import (
     EVAL_VIDEOS,
     GATED_K,
@@ -128,6 +130,9 @@ def run_smoke(out: Path, *, sft_steps: int | None = None, rl_steps: int | None =
     after = evaluate_held_out(final, rl, held)
     t_eval += time.perf_counter() - t
     curves = plot_runs([out], out / "curves.png")
+    viewer = write_html(out, out / "episodes.html")
+    rl_rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    t_record = sum(r.get("time/episodes_s", 0.0) for r in rl_rows)
     own, kids = _peak_rss_gib()
     wall = time.perf_counter() - t0
 
@@ -172,13 +177,15 @@ def run_smoke(out: Path, *, sft_steps: int | None = None, rl_steps: int | None =
         f"{loss1:.3f} (last 5)",
         f"- RL: {rl.max_steps} steps of {rl.rollout.batch_prompts} prompts x "
         f"{rl.rollout.group_size} rollouts, lr {rl.optim.lr:g}, in {t_rl:.0f} s "
-        f"({t_rl / max(rl.max_steps, 1):.1f} s/step)",
+        f"({t_rl / max(rl.max_steps, 1):.1f} s/step); recording the sampled episodes took "
+        f"{t_record:.2f} s of it ({100 * t_record / max(t_rl, 1e-9):.1f} %)",
         f"- evaluation (3 columns): {t_eval:.0f} s",
         f"- wall time: {wall:.0f} s; load average at the end "
         f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}",
         f"- peak memory (max RSS): {own:.2f} GiB this process, {kids:.2f} GiB largest child",
         f"- files: metrics.jsonl, {curves.name}, final/ (HF-loadable, with agent_protocol.json), "
-        "sft/final/, synth-*/",
+        f"sft/final/, synth-*/, episodes/ and {viewer.name} (the recorded episodes: "
+        "`paravt-train episodes RUN_DIR` prints their per-step table)",
         "",
         "A 1 M-parameter model trained in minutes on a CPU: the table shows what SFT and "
         "PARA-GRPO change on this task, not the paper's numbers.",
