@@ -35,7 +35,7 @@ def test_the_gpu_check_rehearses_every_row_on_the_cpu(tmp_path: Path) -> None:
     cmd += ["--size", "tiny", "--data", str(tmp_path / "data"), "--videos", "2"]
     cmd += ["--out", str(tmp_path / "out"), "--sft-steps", "2", "--rl-steps", "1"]
     cmd += ["--learning-sft-steps", "1", "--learning-rl-steps", "1", "--eval-prompts", "2"]
-    cmd += ["--learning-seeds", "2"]
+    cmd += ["--learning-seeds", "2", "--throughput-steps", "1"]
     cmd += ["--real-steps", "2", "--sft-override", "sft.num_workers=0"]
     for override in small:
         cmd += ["--override", override]
@@ -44,7 +44,7 @@ def test_the_gpu_check_rehearses_every_row_on_the_cpu(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 
     rows = {r["check"]: r for r in json.loads((tmp_path / "out" / "report.json").read_text())}
-    assert [*rows] == [*ROWS, "learning (rehearsal)"]
+    assert [*rows] == [*ROWS, "learning (rehearsal)", "throughput (tiny)"]
     assert all(r["status"] == "PASS" for r in rows.values()), rows
     # the GPU machine's path: frames from the folder, identical to torchcodec's, torchcodec blocked
     assert "then blocked" in rows["env"]["detail"]
@@ -71,6 +71,8 @@ def test_the_gpu_check_rehearses_every_row_on_the_cpu(tmp_path: Path) -> None:
         assert isinstance(r["format_held"], bool)
         assert f"seed {r['seed']} fsdp2: accuracy" in learning["detail"]
     assert learning["data"]["pooled"]["fsdp2"]["accuracy"]["n"] == 2 * runs[0]["prompts"]
+    sweep = rows["throughput (tiny)"]["data"]["shapes"]["tiny"]["configs"]
+    assert [*sweep] == SWEEP_CONFIGS and sweep["baseline"]["status"] == "ok"
     assert (tmp_path / "out" / "report.md").read_text().count("| PASS |") == len(rows)
     assert "status" in proc.stdout  # the table is printed
 
@@ -167,3 +169,139 @@ def test_the_learning_row_pools_its_seeds_and_stops_at_the_budget(
     r = row("fsdp2", budget=10.0, spent=10.0 - 0.02)
     assert started == [(0, "fsdp2")] and r.data["seeds_run"] == [0]
     assert "seeds 1..2 not started" in r.detail and "1 of 3 seeds" in r.detail
+
+
+SWEEP_CONFIGS = [
+    "baseline",
+    "tokens-x2",
+    "tokens-x4",
+    "ckpt-selective",
+    "ckpt-off",
+    "attn-eager",
+    "attn-sdpa-flash",
+    "adamw-fused",
+    "compile",
+    "packing",
+    "x2-off-fused",
+    "x4-selective-fused",
+    "x2-off-fused-compile",
+]
+
+
+def test_the_throughput_sweep_rehearses_every_configuration_on_the_cpu(tmp_path: Path) -> None:
+    """tools/throughput_sweep.py at the tiny shape on the CPU, one step per kind: every
+    configuration runs and reports (tokens/s, the step's parts; MFU and peak memory n/a), or
+    says why it does not (compile: minutes of inductor on a CPU; packing: collate pads)."""
+    cmd = [sys.executable, str(ROOT / "tools" / "throughput_sweep.py"), "--device", "cpu"]
+    cmd += ["--shapes", "tiny", "--steps", "1", "--out", str(tmp_path)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    report = json.loads((tmp_path / "throughput.json").read_text())
+    assert report["complete"] and not report["not_started"]
+    configs = report["shapes"]["tiny"]["configs"]
+    assert [*configs] == SWEEP_CONFIGS
+    skipped = {n for n, e in configs.items() if e["status"] == "skip"}
+    assert skipped == {"compile", "packing", "x2-off-fused-compile"}
+    assert all(configs[n]["reason"] for n in skipped)
+    for name, e in configs.items():
+        if name in skipped:
+            continue
+        assert e["status"] == "ok", (name, e)
+        for kind in ("sft", "rl"):
+            m = e[kind]
+            assert m["tokens_per_s"] > 0 and m["mfu"] is None and m["peak_gib"] is None
+            assert set(m["split_s"]) == {"forward", "backward", "optimiser", "logprob"}
+            assert m["split_s"]["backward"] > 0 and m["split_s"]["optimiser"] > 0
+            assert sum(m["split_s"].values()) <= m["step_s"] * 1.001
+        assert e["rl"]["split_s"]["logprob"] > 0 and e["sft"]["split_s"]["logprob"] == 0
+    base = configs["baseline"]
+    assert configs["tokens-x4"]["sft"]["tokens"] == 4 * base["sft"]["tokens"]
+    assert configs["tokens-x2"]["rl"]["sequences"] == 2 * base["rl"]["sequences"]
+    assert configs["attn-eager"]["attn_used"] == {"text": "eager", "vision": "eager"}
+    assert base["attn_used"]["text"] == "sdpa"
+    ckpt = {n: configs[n]["checkpointed"]["decoder_layers"] for n in ("baseline", "ckpt-off")}
+    assert ckpt == {"baseline": base["checkpointed"]["decoder_of"], "ckpt-off": 0}
+    assert 0 < configs["ckpt-selective"]["checkpointed"]["decoder_layers"] < ckpt["baseline"]
+    assert configs["adamw-fused"]["adamw"] == "fused" and base["adamw"] != "fused"
+    assert "tiny baseline:" in proc.stdout
+
+
+def test_the_sweep_extrapolates_the_8b_per_layer_and_stops_at_its_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without training (`run_config` faked, times linear in depth): the 8B shape has the 8B's
+    widths at the asked depth, two depths give the per-layer time and the rest, and a
+    configuration that would pass the budget is not started; an OOM is a result."""
+    check = load_gpu_check()
+    sweep = check.load_throughput_sweep()
+    tiny = check.cached_tiny_qwen3vl()
+    shape = sweep.shape_of(check, "8b", 4, tiny, tmp_path)
+    text = shape.config.text_config
+    assert (text.hidden_size, text.intermediate_size, text.num_hidden_layers) == (4096, 12288, 4)
+    assert shape.config.vision_config.depth == 27 and shape.name == "8b-4l"
+
+    def fake(check_: Any, shape: Any, config: Any, *rest: Any) -> dict[str, Any]:
+        depth = shape.config.text_config.num_hidden_layers
+        if config.name == "tokens-x2" and depth == 4:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        time.sleep(0.01)
+        work = {"tokens": 1000, "head_positions": 500, "patches": 100, "sequences": 2}
+        out: dict[str, Any] = {
+            "attn_used": {"text": "sdpa", "vision": "sdpa"},
+            "sdpa_kernels": "torch's choice",
+            "adamw": "foreach",
+            "checkpointed": {"decoder_layers": depth, "decoder_of": depth},
+        }
+        for kind, per_layer, rest_s in (("sft", 0.5, 2.0), ("rl", 1.0, 3.0)):
+            step_s = rest_s + per_layer * depth
+            out[kind] = {**work, "step_s": step_s, "mfu": 0.1, "peak_gib": 10.0 + depth}
+            out[kind]["tokens_per_s"] = 1000 / step_s
+            out[kind]["split_s"] = dict.fromkeys(
+                ("forward", "backward", "optimiser", "logprob"), 0.1
+            )
+            out[kind]["model_flops"] = 0.1 * 1e15 * step_s  # as if the peak were 1 PFLOP/s
+            out[kind]["flops_passes"] = 5.0
+            out[kind]["loss"] = 1.0
+        return out
+
+    monkeypatch.setattr(sweep, "run_config", fake)
+    report = sweep.sweep(
+        check,
+        tiny=tiny,
+        device=torch.device("cpu"),
+        out=tmp_path,
+        shapes=["8b"],
+        configs=["baseline", "tokens-x2", "compile"],
+        layers_8b=[4, 2],
+        budget_s=1e6,
+        compile_on_cpu=True,
+        progress=lambda _: None,
+    )
+    configs = report["shapes"]["8b"]["configs"]
+    x = configs["baseline"]["extrapolated_36"]
+    assert x["depths"] == [2, 4] and x["layers"] == 36
+    assert x["sft"]["per_layer_s"] == pytest.approx(0.5) and x["sft"]["rest_s"] == pytest.approx(2)
+    assert x["rl"]["step_s"] == pytest.approx(3.0 + 36 * 1.0)
+    assert x["rl"]["peak_gib_per_layer"] == pytest.approx(1.0)
+    assert 0 < x["rl"]["mfu"] < 1
+    assert configs["tokens-x2"]["status"] == "OOM"
+    assert configs["tokens-x2"]["depths"]["2"]["status"] == "ok"
+    assert sweep.complete(report)[0]
+    # the budget: each configuration takes 0.3 s; after baseline's first depth, nothing fits
+    monkeypatch.setattr(sweep, "run_config", lambda *a: (time.sleep(0.3), fake(*a))[1])
+    report = sweep.sweep(
+        check,
+        tiny=tiny,
+        device=torch.device("cpu"),
+        out=tmp_path,
+        shapes=["8b"],
+        configs=["baseline", "ckpt-off"],
+        budget_s=0.5,
+        progress=lambda _: None,
+    )
+    configs = report["shapes"]["8b"]["configs"]
+    assert configs["baseline"]["depths"]["2"]["status"] == "ok"
+    assert "4" not in configs["baseline"]["depths"]
+    assert configs["baseline"]["status"] == configs["ckpt-off"]["status"] == "not started"
+    assert report["not_started"] == ["8b/baseline", "8b/ckpt-off"]

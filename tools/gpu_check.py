@@ -65,6 +65,18 @@ SKIPped, so the whole check fits a lease of about 8 minutes on one GPU):
    at most 0.05); per seed the detail gives accuracy, reward, calls, invalid calls, tool
    responses, format ok and f_tau before -> after. With fewer steps the row is named
    `learning (rehearsal)` and gives no verdict.
+9. **throughput**: the sweep of `tools/throughput_sweep.py` (its docstring says every lever and
+   how each number is measured) on `--throughput-shapes` (2b and the 8B-width shape on cuda, tiny
+   on cpu): the real-size row's steps with one lever changed at a time and some together (tokens
+   per micro-batch x2 / x4, activation checkpointing full / selective / off, SDPA / eager /
+   SDPA's flash kernel only, the trainers' AdamW / fused, `torch.compile` of the decoder layers;
+   packing without padding is n/a: collate pads), each configuration its own model: tokens/s,
+   MFU (the real-size row's FLOP count), peak memory and the step split into forward, backward,
+   optimiser and log-prob recompute; OOM is a result. The 8B-width shape (hidden 4096, MLP 12288,
+   its vision tower) runs at two depths (`--throughput-8b-layers`, 2 and 4) and is extrapolated
+   per layer to 36. Within what `--budget-s` leaves and `--throughput-budget-s`; no
+   configuration starts that would pass it. `python tools/throughput_sweep.py` runs it alone,
+   without the frame folder.
 
 What the GPU machine needs: torch with CUDA, transformers >= 5.19, pydantic, pyyaml, pyarrow,
 numpy, pillow, safetensors, tokenizers, tqdm and matplotlib (paravt-train's dependencies, without
@@ -723,10 +735,27 @@ class Harness:
     compute dtype, activation checkpointing) with a frozen reference, stepped by the trainer's
     functions: `collate`, `sft_loss`, `Backend`, `learner.update`."""
 
-    def __init__(self, shape: Shape, tiny: Path, device: torch.device, out: Path) -> None:
+    def __init__(
+        self,
+        shape: Shape,
+        tiny: Path,
+        device: torch.device,
+        out: Path,
+        *,
+        overrides: Sequence[str] = (),
+        prepare: Callable[[Any], None] | None = None,
+    ) -> None:
+        """`overrides`: more `paragrpo_8b` overrides (the throughput sweep's attention kernel and
+        micro-batch); `prepare`: called on the policy before it is sharded (the sweep's
+        checkpointing policy and `torch.compile`)."""
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
-        overrides = [f"output_dir={out}", f"model.path={tiny}", f"distributed.device={device.type}"]
+        overrides = [
+            f"output_dir={out}",
+            f"model.path={tiny}",
+            f"distributed.device={device.type}",
+            *overrides,
+        ]
         self.recipe = load_recipe("paragrpo_8b", overrides)
         self.shape, self.device = shape, device
         init_distributed(self.recipe.distributed, device)
@@ -738,6 +767,8 @@ class Harness:
         self.counts = param_counts(policy)
         policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         policy.config.use_cache = False
+        if prepare is not None:
+            prepare(policy)
         torch.manual_seed(0)
         with torch.device(device):
             ref = AutoModelForImageTextToText.from_config(shape.config, attn_implementation=attn)
@@ -1554,6 +1585,78 @@ def row_learning(ctx: Ctx) -> Row:
     return Row(name, status, detail, data=data)
 
 
+def load_throughput_sweep() -> Any:
+    """tools/throughput_sweep.py (beside this file) as a module."""
+    import importlib.util
+
+    if "throughput_sweep" in sys.modules:
+        return sys.modules["throughput_sweep"]
+    path = Path(__file__).resolve().parent / "throughput_sweep.py"
+    spec = importlib.util.spec_from_file_location("throughput_sweep", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["throughput_sweep"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def row_throughput(ctx: Ctx) -> Row:
+    """The throughput sweep (tools/throughput_sweep.py) on `--throughput-shapes`, within what is
+    left of `--budget-s` and at most `--throughput-budget-s`."""
+    a, dev = ctx.args, ctx.device
+    sweep = load_throughput_sweep()
+    shapes = sweep.parse_list(a.throughput_shapes) or (
+        ["2b", "8b"] if dev.type == "cuda" else ["tiny"]
+    )
+    layers = [int(x) for x in sweep.parse_list(a.throughput_8b_layers) or []]
+    names = [
+        *(sweep.parse_list(a.throughput_configs) or []),
+        *(sweep.parse_list(a.throughput_8b_configs) or []),
+    ]
+    unknown = [n for n in names if n not in sweep.CONFIG_NAMES]
+    if unknown:
+        raise Fail(f"unknown throughput configurations {unknown}; of {sweep.CONFIG_NAMES}")
+    if len(set(layers)) != 2:
+        raise Fail("--throughput-8b-layers takes two different depths, e.g. 2,4")
+    left = a.budget_s - (time.monotonic() - ctx.t0)
+    budget = max(min(a.throughput_budget_s, left), 0.0)
+    report = sweep.sweep(
+        sys.modules[__name__],
+        tiny=ctx.model,
+        device=dev,
+        out=ctx.work / "throughput",
+        shapes=shapes,
+        configs=sweep.parse_list(a.throughput_configs),
+        configs_8b=sweep.parse_list(a.throughput_8b_configs),
+        layers_8b=layers,
+        steps=a.throughput_steps,
+        budget_s=budget,
+        peak=peak_flops(dev, a.peak_tflops),
+        compile_on_cpu=a.throughput_compile_on_cpu,
+        progress=lambda text: print(f"  throughput {text}", flush=True),
+    )
+    ok, problems = sweep.complete(report)
+    report["complete"], report["problems"] = ok, problems
+    ran = sum(
+        e.get("status") in ("ok", "OOM")
+        for s in report["shapes"].values()
+        for e in s["configs"].values()
+    )
+    listed = sum(len(s["configs"]) for s in report["shapes"].values())
+    head = (
+        f"{ran} of {listed} configurations measured on {', '.join(shapes)} in "
+        f"{report['seconds']:.0f} s (budget {budget:.0f} s; MFU by the real-size row's FLOP "
+        f"count{'' if report['peak_flops'] else ', n/a here'}): "
+    )
+    tail = f" PROBLEMS: {'; '.join(problems)}" if problems else ""
+    return Row(
+        f"throughput ({'/'.join(shapes)})",
+        "PASS" if ok else "FAIL",
+        head + " | ".join(sweep.summary(report)) + tail,
+        data=report,
+    )
+
+
 ROWS: dict[str, Callable[[Ctx], Row]] = {
     "env": row_env,
     "frames": row_frames,
@@ -1563,6 +1666,7 @@ ROWS: dict[str, Callable[[Ctx], Row]] = {
     "placement": row_placement,
     "real-size": row_real_size,
     "learning": row_learning,
+    "throughput": row_throughput,
 }
 
 
@@ -1730,6 +1834,14 @@ def build_parser() -> argparse.ArgumentParser:
         choices=list(ROWS),
         help="leave a row out (repeatable)",
     )
+    add(
+        "--throughput-budget-s",
+        type=float,
+        default=300.0,
+        help="the throughput row's own budget, within what --budget-s leaves: no configuration "
+        "starts when it would pass it (default: 300)",
+    )
+    load_throughput_sweep().add_options(parser, prefix="throughput-")
     add("--verbose", action="store_true", help="the trainers' INFO logs")
     return parser
 
