@@ -193,7 +193,7 @@ def test_the_throughput_sweep_rehearses_every_configuration_on_the_cpu(tmp_path:
     configuration runs and reports (tokens/s, the step's parts; MFU and peak memory n/a), or
     says why it does not (compile: minutes of inductor on a CPU; packing: collate pads)."""
     cmd = [sys.executable, str(ROOT / "tools" / "throughput_sweep.py"), "--device", "cpu"]
-    cmd += ["--shapes", "tiny", "--steps", "1", "--out", str(tmp_path)]
+    cmd += ["--shapes", "tiny", "--steps", "1", "--budget-s", "3600", "--out", str(tmp_path)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -240,12 +240,15 @@ def test_the_sweep_extrapolates_the_8b_per_layer_and_stops_at_its_budget(
     text = shape.config.text_config
     assert (text.hidden_size, text.intermediate_size, text.num_hidden_layers) == (4096, 12288, 4)
     assert shape.config.vision_config.depth == 27 and shape.name == "8b-4l"
+    shapes = {4: shape, 2: sweep.shape_of(check, "8b", 2, tiny, tmp_path)}
+    monkeypatch.setattr(sweep, "shape_of", lambda c, size, depth, *rest: shapes[depth])
+    now = [0.0]  # the sweep's clock: each faked configuration takes 10 s of it
 
     def fake(check_: Any, shape: Any, config: Any, *rest: Any) -> dict[str, Any]:
         depth = shape.config.text_config.num_hidden_layers
         if config.name == "tokens-x2" and depth == 4:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        time.sleep(0.01)
+        now[0] += 10.0
         work = {"tokens": 1000, "head_positions": 500, "patches": 100, "sequences": 2}
         out: dict[str, Any] = {
             "attn_used": {"text": "sdpa", "vision": "sdpa"},
@@ -277,6 +280,7 @@ def test_the_sweep_extrapolates_the_8b_per_layer_and_stops_at_its_budget(
         budget_s=1e6,
         compile_on_cpu=True,
         progress=lambda _: None,
+        clock=lambda: now[0],
     )
     configs = report["shapes"]["8b"]["configs"]
     x = configs["baseline"]["extrapolated_36"]
@@ -288,8 +292,7 @@ def test_the_sweep_extrapolates_the_8b_per_layer_and_stops_at_its_budget(
     assert configs["tokens-x2"]["status"] == "OOM"
     assert configs["tokens-x2"]["depths"]["2"]["status"] == "ok"
     assert sweep.complete(report)[0]
-    # the budget: each configuration takes 0.3 s; after baseline's first depth, nothing fits
-    monkeypatch.setattr(sweep, "run_config", lambda *a: (time.sleep(0.3), fake(*a))[1])
+    # the budget: after baseline's first depth (10 s), nothing fits in 15 s
     report = sweep.sweep(
         check,
         tiny=tiny,
@@ -297,8 +300,9 @@ def test_the_sweep_extrapolates_the_8b_per_layer_and_stops_at_its_budget(
         out=tmp_path,
         shapes=["8b"],
         configs=["baseline", "ckpt-off"],
-        budget_s=0.5,
+        budget_s=15.0,
         progress=lambda _: None,
+        clock=lambda: now[0],
     )
     configs = report["shapes"]["8b"]["configs"]
     assert configs["baseline"]["depths"]["2"]["status"] == "ok"

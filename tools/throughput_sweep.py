@@ -478,10 +478,11 @@ def sweep(
     compile_on_cpu: bool = False,
     progress: Callable[[str], None] = print,
     on_update: Callable[[dict[str, Any]], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, Any]:
     """Every shape x configuration (see the module docstring); a JSON-able report, handed to
     `on_update` after every configuration too (so that a run cut short keeps what it measured)."""
-    t0 = time.monotonic()
+    t0 = clock()
     by_name = {c.name: c for c in CONFIGS}
     longest: dict[bool, float] = {}
     report: dict[str, Any] = {
@@ -518,12 +519,12 @@ def sweep(
             for depth in depths:
                 guess = longest.get(config.compile) or max(longest.values(), default=0.0)
                 guess *= 3.0 if config.compile and not longest.get(True) else 1.0
-                spent = time.monotonic() - t0
+                spent = clock() - t0
                 if spent + guess > budget_s:
                     entry.update(status="not started", reason=f"budget: {spent:.0f} s spent")
                     report["not_started"].append(f"{size}/{name}")
                     break
-                t = time.monotonic()
+                t = clock()
                 shape = shapes_by_depth[depth]
                 try:
                     result = run_config(check, shape, config, tiny, device, out, steps, peak)
@@ -537,7 +538,7 @@ def sweep(
                         trace.parent.mkdir(parents=True, exist_ok=True)
                         trace.write_text(traceback.format_exc())
                 check.free_memory(device)
-                seconds = time.monotonic() - t
+                seconds = clock() - t
                 longest[config.compile] = max(longest.get(config.compile, 0.0), seconds)
                 result.update(status=status, seconds=seconds, shape=shape.name)
                 if reason:
@@ -545,7 +546,7 @@ def sweep(
                 points[depth] = result
                 progress(f"[{shape.name}] {name}: {line(result)}")
                 if on_update is not None:
-                    report["seconds"] = time.monotonic() - t0
+                    report["seconds"] = clock() - t0
                     on_update(report)
             if size != "8b":
                 entry.update(points.get(0, {}))
@@ -563,7 +564,7 @@ def sweep(
                     entry.setdefault(
                         "reason", "; ".join(r.get("reason", "") for r in points.values())
                     )
-    report["seconds"] = time.monotonic() - t0
+    report["seconds"] = clock() - t0
     return report
 
 
