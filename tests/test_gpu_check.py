@@ -300,6 +300,7 @@ def test_the_sweep_extrapolates_the_8b_per_layer_and_stops_at_its_budget(
         out=tmp_path,
         shapes=["8b"],
         configs=["baseline", "ckpt-off"],
+        layers_8b=[4, 2],
         budget_s=15.0,
         progress=lambda _: None,
         clock=lambda: now[0],

@@ -73,7 +73,7 @@ SKIPped, so the whole check fits a lease of about 8 minutes on one GPU):
    packing without padding is n/a: collate pads), each configuration its own model: tokens/s,
    MFU (the real-size row's FLOP count), peak memory and the step split into forward, backward,
    optimiser and log-prob recompute; OOM is a result. The 8B-width shape (hidden 4096, MLP 12288,
-   its vision tower) runs at two depths (`--throughput-8b-layers`, 2 and 4) and is extrapolated
+   its vision tower) runs at two depths (`--throughput-8b-layers`, 3 and 6) and is extrapolated
    per layer to 36. Within what `--budget-s` leaves and `--throughput-budget-s`; no
    configuration starts that would pass it. `python tools/throughput_sweep.py` runs it alone,
    without the frame folder.
@@ -1617,7 +1617,7 @@ def row_throughput(ctx: Ctx) -> Row:
     if unknown:
         raise Fail(f"unknown throughput configurations {unknown}; of {sweep.CONFIG_NAMES}")
     if len(set(layers)) != 2:
-        raise Fail("--throughput-8b-layers takes two different depths, e.g. 2,4")
+        raise Fail("--throughput-8b-layers takes two different depths, e.g. 3,6")
     left = a.budget_s - (time.monotonic() - ctx.t0)
     budget = max(min(a.throughput_budget_s, left), 0.0)
     report = sweep.sweep(

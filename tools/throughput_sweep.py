@@ -42,10 +42,14 @@ OOM; one that raises as an error with its message; the sweep goes on.
 
 Shapes: `tiny` (the CPU rehearsal), `2b` (Qwen3-VL-2B), `8b` (Qwen3-VL-8B's widths: hidden 4096,
 MLP 12288, 32 / 8 heads, head dim 128, its 27-block vision tower, with few decoder layers). The 8B
-shape runs each of its configurations (`--8b-configs`) at two depths (`--8b-layers`, default 2 and 4) and extrapolates
-linearly to the 8B's 36 layers: per-layer time = (t(d2) - t(d1)) / (d2 - d1), the rest (vision
+shape runs each of its configurations (`--8b-configs`) at two depths (`--8b-layers`, default 3
+and 6: 3 is the shallowest at which the vision tower's three deepstack features are all added, to
+layers 0-2, so the non-layer work is the same at both depths) and extrapolates linearly to the
+8B's 36 layers: per-layer time = (t(d2) - t(d1)) / (d2 - d1), the rest (vision
 tower, embedding, LM head, optimiser of those) = t(d2) - d2 x per-layer, t(36) = rest + 36 x
-per-layer; MFU at 36 layers uses the 36-layer model's FLOPs.
+per-layer; MFU at 36 layers uses the 36-layer model's FLOPs. Both depths' step times are kept: a
+3-layer difference is a few hundred ms on a GPU, so one timed step's noise shows in it (`--steps`
+3 times two steps per depth and takes the median).
 
 `--budget-s`: no configuration is started when the time spent plus the longest configuration so
 far (x3 for a compiled one) would pass it; those not started are listed. Standalone (needs no
@@ -471,7 +475,7 @@ def sweep(
     shapes: Sequence[str],
     configs: Sequence[str] | None = None,
     configs_8b: Sequence[str] | None = None,
-    layers_8b: Sequence[int] = (2, 4),
+    layers_8b: Sequence[int] = (3, 6),
     steps: int = 3,
     budget_s: float = 300.0,
     peak: float | None = None,
@@ -661,9 +665,9 @@ def add_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
     )
     add(
         f"{p}8b-layers",
-        default="2,4",
+        default="3,6",
         help="the 8B shape's two decoder depths, for the per-layer extrapolation to 36 "
-        "(default: 2,4)",
+        "(default: 3,6)",
     )
     add(
         f"{p}steps",
@@ -722,7 +726,7 @@ def main(argv: list[str] | None = None) -> int:
         path.with_suffix(".tmp").replace(path)
 
     if len(set(layers)) != 2:
-        parser.error("--8b-layers takes two different depths, e.g. 2,4")
+        parser.error("--8b-layers takes two different depths, e.g. 3,6")
     report = sweep(
         check,
         tiny=check.cached_tiny_qwen3vl(),
