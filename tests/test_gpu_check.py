@@ -188,6 +188,7 @@ SWEEP_CONFIGS = [
 ]
 
 
+@pytest.mark.slow
 def test_the_throughput_sweep_rehearses_every_configuration_on_the_cpu(tmp_path: Path) -> None:
     """tools/throughput_sweep.py at the tiny shape on the CPU, one step per kind: every
     configuration runs and reports (tokens/s, the step's parts; MFU and peak memory n/a), or
