@@ -548,14 +548,15 @@ def sweep(
                 if reason:
                     result["reason"] = reason
                 points[depth] = result
+                if size == "8b":  # in the report at once, for a run cut short
+                    entry.setdefault("depths", {})[str(depth)] = result
+                else:
+                    entry.update(result)
                 progress(f"[{shape.name}] {name}: {line(result)}")
                 if on_update is not None:
                     report["seconds"] = clock() - t0
                     on_update(report)
-            if size != "8b":
-                entry.update(points.get(0, {}))
-            else:
-                entry["depths"] = {str(d): r for d, r in points.items()}
+            if size == "8b":
                 ok = [d for d, r in points.items() if r["status"] == "ok"]
                 statuses = {r["status"] for r in points.values()}
                 if len(ok) == 2:
