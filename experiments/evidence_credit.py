@@ -54,6 +54,15 @@ def main() -> None:
     parser.add_argument(
         "--controls", nargs="*", default=[], choices=["lr0", "sign"], help="evidence-run controls"
     )
+    parser.add_argument(
+        "--reuse",
+        type=Path,
+        default=None,
+        help="an earlier cell's JSON of the same seed and numeric: its cold start (the SFT model "
+        "in --work) and its reference run are reused, the SFT policy is evaluated again under "
+        "the current evidence preset, and only the evidence run and the controls are trained "
+        "(a path that does not exist: the cold start only, no reference run)",
+    )
     parser.add_argument("--work", type=Path, default=None, help="scratch (default: beside --out)")
     parser.add_argument("--out", type=Path, required=True, help="the cell's JSON")
     args = parser.parse_args()
@@ -62,12 +71,17 @@ def main() -> None:
     import torch
 
     from paravt.core.testing import cached_tiny_qwen3vl
+    from paravt.rewards import RewardConfig
     from paravt.train.miniature import (
         LR,
         LR_ZERO,
+        ColdStart,
+        Evaluation,
         cold_start,
         evaluate_held_out,
         format_held,
+        load_rl_examples,
+        make_task_data,
         paired,
         rl_from_cold_start,
         rl_recipe,
@@ -82,19 +96,54 @@ def main() -> None:
     def scores(ev: object) -> dict[str, object]:
         return {"metrics": ev.metrics, "per_prompt": ev.per_prompt}  # type: ignore[attr-defined]
 
-    cold = cold_start(
-        work / "cold", cached_tiny_qwen3vl(seed=0), seed=args.seed, extra=numeric,
-        sft_steps=args.sft_steps,
-    )  # fmt: skip
+    reuse_cold = args.reuse is not None
+    earlier = json.loads(args.reuse.read_text()) if args.reuse and args.reuse.is_file() else None
+    if args.reuse is not None and earlier is None:
+        print(f"[{tag}] {args.reuse} not there: reusing the cold start only, no reference run")
+    if earlier is not None and (earlier["seed"], earlier["numeric"]) != (args.seed, args.numeric):
+        raise SystemExit(f"--reuse {args.reuse} is another cell: {earlier['seed']=}")
+    if reuse_cold:
+        data = make_task_data(work / "cold", seed_offset=args.seed)
+        sft_model = work / "cold" / "sft" / "final"
+        if not (sft_model / "config.json").is_file():
+            raise SystemExit(f"--reuse needs the earlier cold start's SFT model at {sft_model}")
+        held_recipe = rl_recipe(
+            work / "cold" / "held", sft_model, data.held_out, seed=args.seed, extra=numeric
+        )
+        held = load_rl_examples(held_recipe)
+        cold = ColdStart(
+            args.seed,
+            work / "cold",
+            data,
+            sft_model,
+            held,
+            evaluate_held_out(sft_model, held_recipe, held),
+        )
+    else:
+        cold = cold_start(
+            work / "cold", cached_tiny_qwen3vl(seed=0), seed=args.seed, extra=numeric,
+            sft_steps=args.sft_steps,
+        )  # fmt: skip
     before = {"evidence": cold.before}
-    ref_held = rl_recipe(
-        work / "held-ref",
-        cold.sft_model,
-        cold.data.held_out,
-        seed=args.seed,
-        extra=[*numeric, f"reward.preset={REWARDS['reference']}"],
-    )
-    before["reference"] = evaluate_held_out(cold.sft_model, ref_held, cold.held)
+    if earlier is not None:
+        ref = earlier["before"]["reference"]
+        before["reference"] = Evaluation(ref["metrics"], ref["per_prompt"])
+    elif not reuse_cold:
+        ref_held = rl_recipe(
+            work / "held-ref",
+            cold.sft_model,
+            cold.data.held_out,
+            seed=args.seed,
+            extra=[*numeric, f"reward.preset={REWARDS['reference']}"],
+        )
+        before["reference"] = evaluate_held_out(cold.sft_model, ref_held, cold.held)
+    presets = {
+        k: {
+            f: getattr(RewardConfig.preset(v), f)
+            for f in ("tool_credit", "gamma", "lambda_anchor", "answer_suffix")
+        }
+        for k, v in REWARDS.items()
+    }
     cell: dict[str, object] = {
         "seed": args.seed,
         "numeric": args.numeric,
@@ -103,11 +152,17 @@ def main() -> None:
         "capability": torch.backends.cpu.get_cpu_capability(),
         "threads": args.threads,
         "rl_steps": args.rl_steps,
+        "rewards": presets,
+        "reused": str(args.reuse) if args.reuse else None,
         "before": {k: scores(v) for k, v in before.items()},
         "time_s": {"cold_start": round(time.perf_counter() - t0, 1)},
         "runs": {},
     }
-    runs = {"reference": ("reference", LR, ""), "evidence": ("evidence", LR, "")}
+    runs = {"evidence": ("evidence", LR, "")}
+    if not reuse_cold:
+        runs = {"reference": ("reference", LR, ""), **runs}
+    elif earlier is not None:
+        cell["runs"]["reference"] = earlier["runs"]["reference"]  # type: ignore[index]
     for control in args.controls:
         runs[control] = (
             "evidence",

@@ -57,8 +57,9 @@ def test_the_vector_sums_to_the_sequence_level_anchor() -> None:
 
 def test_token_form_leaves_the_anchor_out_of_the_scalar_format_reward() -> None:
     text = "<think>I check the clip.</think><answer></answer>"
-    seq = score(text, "B", "mcq", RewardConfig.paragrpo())
-    tok = score(text, "B", "mcq", RewardConfig.paragrpo(anchoring="token"))
+    # the released format arithmetic (our presets pay no format to an empty answer block)
+    seq = score(text, "B", "mcq", RewardConfig.reference_paragrpo())
+    tok = score(text, "B", "mcq", RewardConfig.reference_paragrpo(anchoring="token"))
     assert seq.format == pytest.approx(0.3 + 0.2)
     assert tok.format == pytest.approx(0.3)
 
@@ -138,13 +139,14 @@ def test_a_broken_or_prior_style_call_is_penalised_on_its_tags() -> None:
 def test_score_passes_the_tool_call_option_through_in_the_token_form() -> None:
     text = "<think>I check the clip.</think>" + CALL
     _, offsets = tokenize(text)
-    config = RewardConfig.paragrpo(anchoring="token", anchor_tool_calls=True)
+    # a turn that calls and has no answer yet: the released format rule scores its tags
+    config = RewardConfig.reference_paragrpo(anchoring="token", anchor_tool_calls=True)
     r = score(text, "B", "mcq", config, token_offsets=offsets, tool_responses=1)
     base = score(
         text,
         "B",
         "mcq",
-        RewardConfig.paragrpo(anchoring="token"),
+        RewardConfig.reference_paragrpo(anchoring="token"),
         token_offsets=offsets,
         tool_responses=1,
     )

@@ -108,7 +108,7 @@ def test_one_valid_call_beside_an_invalid_one_still_pays_but_is_charged(preset: 
     r_both, r_clean = (score_episode(e, "B", "mcq", config) for e in (both, clean))
     assert r_both.tool == r_clean.tool == pytest.approx(0.8)
     assert (r_both.call_attempts, r_both.invalid_calls) == (2, 1)
-    assert r_both.total == pytest.approx(r_clean.total - config.gamma * 0.5)
+    assert r_both.total <= r_clean.total - config.gamma * 0.5 + 1e-9
 
 
 def test_the_released_form_is_the_hole_and_stays_reachable_by_name() -> None:
@@ -122,3 +122,21 @@ def test_the_released_form_is_the_hole_and_stays_reachable_by_name() -> None:
     none = score_episode(episode(final, "unused"), "B", "mcq", config)
     assert bad.tool == pytest.approx(0.6) and bad.total > none.total
     assert set(PRESETS) == {"paragrpo", "vanilla", "reference_paragrpo", "reference_vanilla"}
+
+
+@pytest.mark.parametrize("preset", OURS)
+def test_tag_spam_earns_no_format_credit(preset: str) -> None:
+    """Under the released rule '<think>' spam with one closed answer earns R_fmt 1 (seen in a
+    probe: a policy charged for its calls learnt exactly this); the presets pay format only for a
+    structure that parses."""
+    spam = (
+        "<think>\n<think>\n<think>\n<answer>green</answer>\n<think>\n<answer>B</answer>\n</think>"
+    )
+    ours = score(spam, "B", "mcq", RewardConfig.preset(preset))
+    released = score(spam, "B", "mcq", RewardConfig.preset("reference_" + preset))
+    assert released.format >= 0.6
+    assert ours.format == 0.0 and "format_not_parsed" in ours.flags
+    clean = score(
+        f"<think>{THINK}</think><answer>B</answer>", "B", "mcq", RewardConfig.preset(preset)
+    )
+    assert clean.total > ours.total

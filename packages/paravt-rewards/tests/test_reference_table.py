@@ -224,8 +224,9 @@ def test_the_reference_constructors_are_the_released_form_and_one_override_from_
         (RewardConfig.paragrpo(), RewardConfig.reference_paragrpo()),
         (RewardConfig.vanilla(), RewardConfig.reference_vanilla()),
     ):
-        assert (ref.tool_credit, ref.gamma) == ("parseable", 0.0)
-        assert ours.model_copy(update={"tool_credit": "parseable", "gamma": 0.0}) == ref
+        released = {"tool_credit": "parseable", "format_credit": "tags", "gamma": 0.0}
+        assert {k: getattr(ref, k) for k in released} == released
+        assert ours.model_copy(update=released) == ref
         assert RewardConfig.preset("reference_" + ("paragrpo" if ref.answer_suffix else "vanilla"))
     assert RewardConfig() == RewardConfig.paragrpo()
     with pytest.raises(ValueError, match="unknown reward preset 'para'"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paravt.rewards import score
+from paravt.rewards import RewardConfig, score
 from paravt.rewards.integrations import trl_reward_funcs
 from paravt.rewards.integrations.common import split_completion
 
@@ -88,12 +88,15 @@ def test_a_completion_cut_inside_think_keeps_its_think_open() -> None:
     eos = 7
     cut = [{"role": "assistant", "reasoning_content": "I am still think", "content": ""}]
     raw = "<think>\nI am still think"
-    (reward,) = trl_reward_funcs(eos_token_ids=[eos])
+    # the released format rule scores an unfinished think (ours pays no format without an
+    # answer, so both forms would score 0 and the difference would not show)
+    released = RewardConfig.reference_paragrpo()
+    (reward,) = trl_reward_funcs(released, eos_token_ids=[eos])
     kw = {"answer": ["B"], "question_type": ["mcq"]}
     got = reward(prompts=["q"], completions=[cut], completion_ids=[[3, 4, 5]], **kw)
-    assert got == [score(raw, "B", "mcq").total]
+    assert got == [score(raw, "B", "mcq", released).total]
     finished = reward(prompts=["q"], completions=[cut], completion_ids=[[3, 4, eos]], **kw)
-    assert finished == [score(raw + "</think>", "B", "mcq").total] != got
+    assert finished == [score(raw + "</think>", "B", "mcq", released).total] != got
     # without the end-of-turn ids the adapter cannot tell, and reads the think as closed
-    (blind,) = trl_reward_funcs()
+    (blind,) = trl_reward_funcs(released)
     assert blind(prompts=["q"], completions=[cut], completion_ids=[[3, 4, 5]], **kw) == finished

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 AccuracyMode = Literal["mcq", "exact", "f1", "temporal_iou", "llm"]
 AnchoringForm = Literal["sequence", "token"]
 ToolCredit = Literal["evidence", "parseable"]
+FormatCredit = Literal["parses", "tags"]
 
 # The invalid-call charge of our presets (issue 44): with `tool_credit="evidence"` an invalid call
 # earns nothing, and this makes it cost something, so that a right answer after an invalid call
@@ -125,6 +126,15 @@ class RewardConfig(BaseModel):
         "call earns 0.1 (+0.5 with a right answer); RewardConfig.reference_paragrpo() / "
         "reference_vanilla().",
     )
+    format_credit: FormatCredit = Field(
+        "parses",
+        description="When R_fmt is paid. 'parses' (ours, the presets): only when the structure "
+        "parses in ParaVT's format (`paravt.rewards.episode_structure(...).parses`: every "
+        "structural block of every main turn well formed, every call a valid <tool_call>, a "
+        "closed non-empty answer last), else R_fmt is 0 (in the token form, no anchor credit "
+        "either). 'tags' (the released code): each tag earns its part whatever the rest is, so "
+        "'<think>' spam with one closed answer earns R_fmt 1.",
+    )
     gamma: float = Field(
         EVIDENCE_GAMMA,
         ge=0,
@@ -165,33 +175,25 @@ class RewardConfig(BaseModel):
         1) with credit for evidence: R_tool and the think-before-call bonus only for a call that
         ran, and an invalid call charged gamma = EVIDENCE_GAMMA. The released form:
         `reference_paragrpo()`."""
-        return cls.model_validate(
-            {**_PARAGRPO, "tool_credit": "evidence", "gamma": EVIDENCE_GAMMA, **overrides}
-        )
+        return cls.model_validate({**_PARAGRPO, **_OURS, **overrides})
 
     @classmethod
     def vanilla(cls, **overrides: object) -> RewardConfig:
         """Vanilla GRPO: the reference baseline (answer_suffix off, no anchoring, format weight 1)
         with the same credit for evidence as `paragrpo()`. The released form:
         `reference_vanilla()`."""
-        return cls.model_validate(
-            {**_VANILLA, "tool_credit": "evidence", "gamma": EVIDENCE_GAMMA, **overrides}
-        )
+        return cls.model_validate({**_VANILLA, **_OURS, **overrides})
 
     @classmethod
     def reference_paragrpo(cls, **overrides: object) -> RewardConfig:
         """The released PARA-GRPO reward exactly: any parseable call earns the tool reward and the
         think-before-call bonus (`tool_credit="parseable"`), no invalid-call charge (gamma 0)."""
-        return cls.model_validate(
-            {**_PARAGRPO, "tool_credit": "parseable", "gamma": 0.0, **overrides}
-        )
+        return cls.model_validate({**_PARAGRPO, **_RELEASED, **overrides})
 
     @classmethod
     def reference_vanilla(cls, **overrides: object) -> RewardConfig:
         """The released vanilla-GRPO reward exactly (`tool_credit="parseable"`, gamma 0)."""
-        return cls.model_validate(
-            {**_VANILLA, "tool_credit": "parseable", "gamma": 0.0, **overrides}
-        )
+        return cls.model_validate({**_VANILLA, **_RELEASED, **overrides})
 
     @classmethod
     def preset(cls, name: str, **overrides: object) -> RewardConfig:
@@ -214,5 +216,8 @@ class RewardConfig(BaseModel):
 
 _PARAGRPO = {"answer_suffix": True, "lambda_anchor": 0.5, "format_weight": 1.0}
 _VANILLA = {"answer_suffix": False, "lambda_anchor": 0.0, "format_weight": 1.0}
+# what the presets pay for (issue 44), and the released code's rules
+_OURS = {"tool_credit": "evidence", "format_credit": "parses", "gamma": EVIDENCE_GAMMA}
+_RELEASED = {"tool_credit": "parseable", "format_credit": "tags", "gamma": 0.0}
 # The presets by name (recipes, framework adapters): ours first, then the released forms.
 PRESETS = ("paragrpo", "vanilla", "reference_paragrpo", "reference_vanilla")

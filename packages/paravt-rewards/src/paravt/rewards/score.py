@@ -19,6 +19,7 @@ from paravt.rewards.accuracy import (
 from paravt.rewards.anchoring import anchor_token_rewards, shift_offsets
 from paravt.rewards.config import AccuracyMode, RewardConfig
 from paravt.rewards.judge import JudgeOutcome, LLMJudge, judge_for
+from paravt.rewards.structure import episode_structure
 from paravt.rewards.terms import (
     answer_text,
     degenerate_reason,
@@ -27,6 +28,7 @@ from paravt.rewards.terms import (
     invalid_calls,
     parseable_call,
     penalty_fraction,
+    strip_chat_tokens,
     tool_reward,
 )
 
@@ -123,6 +125,7 @@ def _compose(
     config: RewardConfig,
     parseable: bool,
     evidence: bool,
+    parses: bool,
     responses: int,
     invalid: int,
     attempts: int,
@@ -186,9 +189,16 @@ def _compose(
         parseable=credited,
     )
     anchor = terms.anchor if config.lambda_anchor > 0 else 0.0
-    fmt = terms.base
+    base = terms.base
+    if config.format_credit == "parses" and not parses:
+        # the released rule pays each tag whatever the rest is ('<think>' spam with one closed
+        # answer earns R_fmt 1, a turn cut off inside a third call keeps its credit); here
+        # format credit needs a structure that parses in ParaVT's format
+        base = anchor = 0.0
+        flags.append("format_not_parsed")
+    fmt = base
     if config.anchoring == "sequence":
-        fmt = min(1.0, max(0.0, terms.base + config.lambda_anchor * anchor))
+        fmt = min(1.0, max(0.0, base + config.lambda_anchor * anchor))
     responded = evidence if config.tool_credit == "evidence" else responses > 0
     tool = tool_reward(credited, responded, acc) if config.tool_reward else 0.0
     penalty = penalty_fraction(invalid, attempts)
@@ -202,12 +212,26 @@ def _compose(
     # common and exact, and round() is not free at 30k scores a second
     breakdown.accuracy = acc if acc == 0.0 or acc == 1.0 else round(acc, 10)
     breakdown.format = round(fmt, 10) if fmt else 0.0
-    breakdown.base_format = round(terms.base, 10) if terms.base else 0.0
+    breakdown.base_format = round(base, 10) if base else 0.0
     breakdown.anchor = round(anchor, 10) if anchor else 0.0
     breakdown.tool = round(tool, 10) if tool else 0.0
     breakdown.penalty = round(penalty, 10) if penalty else 0.0
     breakdown.total = round(total, 10) if total else 0.0
     return breakdown
+
+
+def _parses(turns: Sequence[ParsedResponse]) -> bool:
+    """Whether the turns' structure parses in ParaVT's format (`episode_structure`), reading past
+    chat special tokens (`<|im_end|>` ...) that a framework's decoding left in the text: they are
+    the template's, not text the model wrote outside the tags."""
+    if any("<|" in t.text for t in turns):
+        turns = [
+            parse_response(strip_chat_tokens(t.text), transcript=t.transcript)
+            if "<|" in t.text
+            else t
+            for t in turns
+        ]
+    return episode_structure(turns).parses
 
 
 def score(
@@ -261,6 +285,7 @@ def score(
         config=config,
         parseable=parseable_call(parsed),
         evidence=evidence_call(parsed, responses),
+        parses=config.format_credit == "tags" or _parses([parsed]),
         responses=responses,
         invalid=invalid,
         attempts=attempts,
@@ -270,7 +295,11 @@ def score(
     )
     if token_offsets is not None:
         offsets = shift_offsets(token_offsets, len(prefix)) if prefix else list(token_offsets)
-        if out.degenerate is not None or config.anchoring == "sequence":
+        if (
+            out.degenerate is not None
+            or config.anchoring == "sequence"
+            or "format_not_parsed" in out.flags
+        ):
             out.token_rewards = [0.0] * len(offsets)
         else:
             out.token_rewards = anchor_token_rewards(
@@ -322,6 +351,7 @@ def score_episode(
         config=config,
         parseable=any(parseable_call(t.parsed) for t in episode.turns),
         evidence=episode.tool_responses_ok > 0,
+        parses=config.format_credit == "tags" or _parses([t.parsed for t in episode.turns]),
         responses=episode.tool_responses_ok,
         invalid=invalid,
         attempts=attempts,
