@@ -179,3 +179,43 @@ def test_aggregations_normalise_by_tokens_or_sequences() -> None:
     masks = [[0, 1, 1, 1], [0, 1, 0, 0], [0, 0, 0, 0]]
     assert step_normaliser("token-mean", masks) == 4.0
     assert step_normaliser("seq-mean-token-mean", masks) == 2.0
+
+
+@pytest.mark.slow
+def test_token_level_anchoring_trains_with_anchor_credit_in_the_advantage_units(
+    tiny_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The anchor term is measured against the group and scaled like the advantage: on every
+    main trajectory the per-token advantages differ from the sequence's base value only on the
+    structural tokens, and by no more than the anchor's largest part in advantage units (the
+    earlier form added the raw reward times reward_scaling: +2.0 on every `</think>`)."""
+    import paravt.train.rl.run as run_module
+    from paravt.train.rl import scoring
+
+    seen: list[tuple[list[float], list[float], float]] = []
+
+    def recording(ro, recipe, engine, reward_config):  # type: ignore[no-untyped-def]
+        seqs = scoring.training_sequences(ro, recipe, engine, reward_config)
+        for ep, adv in zip(ro.episodes, ro.advantages):
+            main = next(s for s in seqs if s.token_ids is ep.main.token_ids)
+            seen.append((list(main.advantages or []), list(ro.anchor_scales), adv))
+        return seqs
+
+    monkeypatch.setattr(run_module, "training_sequences", recording)
+    exs, frames = examples()
+    recipe = tiny_rl_recipe(
+        tiny_model_path,
+        tmp_path / "run",
+        "max_steps=1",
+        "advantage.token_level_anchoring=true",
+        "reward.overrides.anchor_tool_calls=true",
+        "checkpoint.save_final=false",
+    )
+    train_rl(recipe, examples=exs, frames=frames, wrap_engine=scripted)
+    row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert math.isfinite(row["loss"])
+    assert seen
+    for advs, scales, _ in seen:
+        base = max(set(advs), key=advs.count)  # the outcome share, on every content token
+        top = max(scales) * 0.5 * 0.7  # lambda x the anchor's largest total, in advantage units
+        assert all(abs(a - base) <= top + 1e-6 for a in advs)

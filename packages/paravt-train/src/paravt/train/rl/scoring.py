@@ -67,9 +67,13 @@ def score_rollouts(ro: Rollouts, reward_config: Any, recipe: RLRecipe) -> None:
         # reward_scaling to advantages already normalised per group and batch (the earlier
         # form) put +2.0 on every `</think>` of every step, with no baseline: about twice a
         # typical advantage, whatever the group did.
+        # an episode whose format earned nothing (RewardConfig.format_credit="parses" and a
+        # structure that does not parse) earns no anchor credit either
         ro.anchor_totals = [
-            sum(p.value for t in ep.turns for p in _anchor_parts(t.parsed, [], reward_config))
-            for ep in ro.episodes
+            0.0
+            if "format_not_parsed" in r.flags
+            else sum(p.value for t in ep.turns for p in _anchor_parts(t.parsed, [], reward_config))
+            for ep, r in zip(ro.episodes, ro.rewards)
         ]
         totals = [x + t for x, t in zip(totals, ro.anchor_totals)]
         ro.anchor_scales = global_advantage_scales(totals, recipe.rollout.group_size, config)
@@ -307,7 +311,12 @@ def training_sequences(
     token_anchoring = recipe.advantage.token_level_anchoring
     if token_anchoring:
         credits, shares = anchor_advantages(
-            [_episode_anchor_parts(ep, engine, prefix, reward_config) for ep in ro.episodes],
+            [
+                []
+                if "format_not_parsed" in r.flags
+                else _episode_anchor_parts(ep, engine, prefix, reward_config)
+                for ep, r in zip(ro.episodes, ro.rewards)
+            ],
             ro.anchor_scales,
             recipe.rollout.group_size,
         )
