@@ -125,18 +125,21 @@ def test_the_released_form_is_the_hole_and_stays_reachable_by_name() -> None:
 
 
 @pytest.mark.parametrize("preset", OURS)
-def test_tag_spam_earns_no_format_credit(preset: str) -> None:
-    """Under the released rule '<think>' spam with one closed answer earns R_fmt 1 (seen in a
-    probe: a policy charged for its calls learnt exactly this); the presets pay format only for a
-    structure that parses."""
+def test_format_credit_for_a_parsing_structure_pays_no_tag_spam(preset: str) -> None:
+    """Under the released format rule (and the presets) '<think>' spam with one closed answer
+    earns R_fmt in full (seen in a probe: a policy charged gamma 1.0 for its calls learnt exactly
+    this); `format_credit="parses"` pays format only for a structure that parses, and leaves a
+    clean completion's score unchanged."""
     spam = (
         "<think>\n<think>\n<think>\n<answer>green</answer>\n<think>\n<answer>B</answer>\n</think>"
     )
-    ours = score(spam, "B", "mcq", RewardConfig.preset(preset))
-    released = score(spam, "B", "mcq", RewardConfig.preset("reference_" + preset))
+    gated = RewardConfig.preset(preset, format_credit="parses")
+    ours = score(spam, "B", "mcq", gated)
+    released = score(spam, "B", "mcq", RewardConfig.preset(preset))
     assert released.format >= 0.6
     assert ours.format == 0.0 and "format_not_parsed" in ours.flags
-    clean = score(
-        f"<think>{THINK}</think><answer>B</answer>", "B", "mcq", RewardConfig.preset(preset)
-    )
-    assert clean.total > ours.total
+    clean = f"<think>{THINK}</think><answer>B</answer>"
+    plain = score(clean, "B", "mcq", RewardConfig.preset(preset))
+    assert score(clean, "B", "mcq", gated).total == plain.total > ours.total
+    # chat tokens a framework's decoding leaves in the text are not text outside the tags
+    assert score(clean + "<|im_end|>", "B", "mcq", gated).format == plain.format
