@@ -251,10 +251,10 @@ def anchor_advantages(
         for i in idx:
             k = scales[i]
             shares[i] = k * math.fsum(merged[i].get(p, (0.0, set()))[0] - means[p] for p in names)
-            for name, (value, tokens) in merged[i].items():
-                if not tokens:
+            for name, (value, earned_by) in merged[i].items():
+                if not earned_by:
                     continue
-                per_token = k * (value - means[name]) / len(tokens)
-                for t in tokens:
+                per_token = k * (value - means[name]) / len(earned_by)
+                for t in earned_by:
                     credits[i][t] = credits[i].get(t, 0.0) + per_token
     return credits, shares
