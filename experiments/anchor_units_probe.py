@@ -158,7 +158,7 @@ def main() -> None:
         "episodes_closing_think": think_tokens_before,
         "of_them_with_a_nonzero_anchor_term_after": think_tokens_after,
         "accuracy": statistics.fmean(r.accuracy for r in ro.rewards),
-        "format_ok_parts": sorted({name for p in parts for name, _, _ in p}),
+        "anchor_parts_seen": sorted({name for p in parts for name, _, _ in p}),
     }
     print(json.dumps(result, indent=1))
     if args.out:
