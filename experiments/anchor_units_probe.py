@@ -42,17 +42,12 @@ def main() -> None:
     import torch
 
     from paravt.core.engines import HFEngine
-    from paravt.rewards import (
-        AdvantageConfig,
-        anchor_advantages,
-        anchor_token_rewards,
-        group_advantages,
-    )
+    from paravt.rewards import AdvantageConfig, anchor_advantages, group_advantages
     from paravt.train.frames import FrameSource
     from paravt.train.miniature import make_task_data, rl_recipe
     from paravt.train.modeling import load_model_and_processor, pick_device
     from paravt.train.rl import build_gate, build_reward_config, load_rl_examples, rollout
-    from paravt.train.rl.scoring import _episode_anchor_parts, _turn_offsets, score_rollouts
+    from paravt.train.rl.scoring import _episode_anchor_parts, score_rollouts
 
     torch.set_num_threads(1)
     data = make_task_data(args.cold, seed_offset=args.seed)
@@ -98,28 +93,14 @@ def main() -> None:
     before_share: list[float] = []
     after_share: list[float] = []
     think_tokens_before = think_tokens_after = 0
-    for n, ep in enumerate(ro.episodes):
-        main = ep.main
-        runs, start = [], None
-        for i, m in enumerate([*main.loss_mask, 0]):
-            if m and start is None:
-                start = i
-            elif not m and start is not None:
-                runs.append((start, i))
-                start = None
+    for n in range(len(ro.episodes)):
+        # the earlier form: each part's raw value spread over its tokens, times reward_scaling
+        # (what `anchor_token_rewards` gave per turn), on top of the outcome advantage
         old: dict[int, float] = {}
-        for (s, e), turn in zip(runs, ep.turns):
-            offsets = _turn_offsets(engine, main.token_ids[s:e], prefix)
-            vec = anchor_token_rewards(
-                turn.parsed,
-                offsets,
-                lambda_anchor=reward_config.lambda_anchor,
-                tool_calls=reward_config.anchor_tool_calls,
-            )
-            for i, b in enumerate(vec):
-                if b:
-                    old[s + i] = old.get(s + i, 0.0) + b * a.reward_scaling
-        for v in old.values():
+        for _, value, tokens in parts[n]:
+            for t in tokens:
+                old[t] = old.get(t, 0.0) + value / len(tokens) * a.reward_scaling
+        for v in filter(None, old.values()):
             before_terms.append(abs(v))
             before_share.append(abs(v) / (abs(v) + abs(outcome[n])))
         base = ro.advantages[n] - shares[n]

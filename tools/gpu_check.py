@@ -128,7 +128,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from paravt.core import CropVideoArgs, Frame, Message, TextPart, render_frames
-from paravt.core.engines import HFChatEncoder, HFEngine
+from paravt.core.engines import HFChatEncoder
 from paravt.tools import CropConfig, VideoError, VideoInfo, VideoReader, probe
 from paravt.train import load_recipe, load_rl_examples, train_rl, train_sft
 from paravt.train.data import read_sft_rows
@@ -143,9 +143,9 @@ from paravt.train.miniature import (
     LR_ZERO,
     REWARD_MARGIN,
     REWARD_Z,
-    SCORES,
     Evaluation,
     TaskData,
+    evaluate_held_out,
     format_held,
     learned,
     make_task_data,
@@ -156,18 +156,11 @@ from paravt.train.miniature import (
 from paravt.train.modeling import (
     Sequence_,
     collate,
-    load_model_and_processor,
-    pick_device,
     pick_dtype,
     token_logprobs,
 )
 from paravt.train.recipe import VideoSpec
 from paravt.train.rl import (
-    build_gate,
-    build_reward_config,
-    episode_metrics,
-    rollout,
-    score_rollouts,
     update,
 )
 from paravt.train.sft import pack_micro_batches, sft_loss
@@ -1367,30 +1360,9 @@ def estimate_8b(
 
 
 def evaluate(model: Path, recipe: Any, examples: Sequence[Any], frames: Any) -> Evaluation:
-    """`miniature.evaluate_held_out` with the frames from the store (that function builds its
-    own `FrameSource`): the recipe's temperature, gate and group size, fixed seed."""
-    device = pick_device(recipe.distributed.device)
-    net, processor = load_model_and_processor(recipe.model, device, path=model)
-    ro = rollout(
-        list(examples),
-        HFEngine(net, processor),
-        frames,
-        build_gate(recipe),
-        recipe,
-        epoch=0,
-        seed=12345,
-    )
-    score_rollouts(ro, build_reward_config(recipe), recipe)
-    sums: dict[str, dict[str, list[float]]] = {}
-    for ep, ex, r in zip(ro.episodes, ro.examples, ro.rewards):
-        one = sums.setdefault(ex.key, {k: [] for k in SCORES})
-        one["accuracy"].append(r.accuracy)
-        one["reward"].append(r.total)
-        one["tool_use"].append(float(ep.num_tool_calls > 0))
-        one["format"].append(r.format)
-    per_prompt = {k: {s: _mean(v) for s, v in one.items()} for k, one in sums.items()}
-    del net
-    return Evaluation(episode_metrics(ro), per_prompt)
+    """`miniature.evaluate_held_out` with the frames from the store: the recipe's temperature,
+    gate and group size, fixed seed."""
+    return evaluate_held_out(model, recipe, examples, frames=frames)
 
 
 LEARNING_STRATEGIES = {"fsdp2": ("fsdp2",), "none": ("none",), "both": ("fsdp2", "none")}

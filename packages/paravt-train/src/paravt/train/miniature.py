@@ -520,16 +520,19 @@ def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
     return m, math.sqrt(var / n)
 
 
-def scored_rollouts(model: Path, recipe: RLRecipe, examples: Sequence[Any]) -> Any:
+def scored_rollouts(
+    model: Path, recipe: RLRecipe, examples: Sequence[Any], *, frames: Any = None
+) -> Any:
     """`paravt.train.rl`'s rollout and scoring of `model` on `examples` without an update (the
     recipe's temperature, gate and group size; fixed seed): the `Rollouts` with rewards and
-    group advantages, what the recipe's first RL step would see."""
+    group advantages, what the recipe's first RL step would see. `frames`: where the frames
+    come from (default: `FrameSource(recipe.video)`, decoding the videos)."""
     device = pick_device(recipe.distributed.device)
     net, processor = load_model_and_processor(recipe.model, device, path=model)
     ro = rollout(
         list(examples),
         HFEngine(net, processor),
-        FrameSource(recipe.video),
+        frames if frames is not None else FrameSource(recipe.video),
         build_gate(recipe),
         recipe,
         epoch=0,
@@ -539,10 +542,12 @@ def scored_rollouts(model: Path, recipe: RLRecipe, examples: Sequence[Any]) -> A
     return ro
 
 
-def evaluate_held_out(model: Path, recipe: RLRecipe, examples: Sequence[Any]) -> Evaluation:
+def evaluate_held_out(
+    model: Path, recipe: RLRecipe, examples: Sequence[Any], *, frames: Any = None
+) -> Evaluation:
     """`scored_rollouts` of `model` on `examples`, kept per prompt for standard errors and paired
     differences."""
-    return evaluation_of(scored_rollouts(model, recipe, examples))
+    return evaluation_of(scored_rollouts(model, recipe, examples, frames=frames))
 
 
 def evaluation_of(ro: Any) -> Evaluation:

@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from paravt.rewards import RewardConfig
+from paravt.rewards import PresetName, RewardConfig
 from paravt.train.engine_registry import check_spec as check_engine_spec
 
 RECIPE_NAMES = (
@@ -450,7 +450,7 @@ class GatingSpec(_Strict):
 
 
 class RewardSpec(_Strict):
-    preset: Literal["paragrpo", "vanilla", "reference_paragrpo", "reference_vanilla"] = Field(
+    preset: PresetName = Field(
         "paragrpo",
         description="RewardConfig preset of paravt-rewards: 'paragrpo' / 'vanilla' pay the tool "
         "reward only for a call that ran and charge invalid calls (gamma 0.2); "

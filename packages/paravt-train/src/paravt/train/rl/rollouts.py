@@ -88,9 +88,8 @@ class Rollouts:
     budgets: list[int]  # overview K per episode
     rewards: list[Any] = field(default_factory=list)  # RewardBreakdown per episode
     advantages: list[float] = field(default_factory=list)
-    # token-level anchoring only: each episode's anchor total (reward units) and the exchange
-    # rate of its reward into its advantage (`paravt.rewards.advantage_scales`)
-    anchor_totals: list[float] = field(default_factory=list)
+    # the exchange rate of each episode's reward into its advantage
+    # (`paravt.rewards.advantage_scales`; token-level anchoring's unit)
     anchor_scales: list[float] = field(default_factory=list)
 
 

@@ -69,15 +69,16 @@ def score_rollouts(ro: Rollouts, reward_config: Any, recipe: RLRecipe) -> None:
         # typical advantage, whatever the group did.
         # an episode whose format earned nothing (RewardConfig.format_credit="parses" and a
         # structure that does not parse) earns no anchor credit either
-        ro.anchor_totals = [
+        anchor_totals = [
             0.0
             if "format_not_parsed" in r.flags
             else sum(p.value for t in ep.turns for p in _anchor_parts(t.parsed, [], reward_config))
             for ep, r in zip(ro.episodes, ro.rewards)
         ]
-        totals = [x + t for x, t in zip(totals, ro.anchor_totals)]
-        ro.anchor_scales = global_advantage_scales(totals, recipe.rollout.group_size, config)
-    ro.advantages = global_group_advantages(totals, recipe.rollout.group_size, config)
+        totals = [x + t for x, t in zip(totals, anchor_totals)]
+    ro.advantages, ro.anchor_scales = global_advantages_and_scales(
+        totals, recipe.rollout.group_size, config
+    )
 
 
 def _anchor_parts(parsed: Any, offsets: Sequence[tuple[int, int]], reward_config: Any) -> Any:
@@ -90,19 +91,12 @@ def _anchor_parts(parsed: Any, offsets: Sequence[tuple[int, int]], reward_config
     )
 
 
-def global_advantage_scales(totals: list[float], group_size: int, config: Any) -> list[float]:
-    """This rank's `advantage_scales` (reward units -> advantage units) over the global batch
-    (collective: every rank calls it, in the same order as `global_group_advantages`)."""
-    gathered = all_gather_floats(totals)
-    everything = [x for rank_totals in gathered for x in rank_totals]
-    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-    offset = sum(len(g) for g in gathered[:rank])
-    scales = advantage_scales(everything, group_size, config=config)
-    return scales[offset : offset + len(totals)]
-
-
-def global_group_advantages(totals: list[float], group_size: int, config: Any) -> list[float]:
-    """This rank's advantages, normalised over the global batch (collective).
+def global_advantages_and_scales(
+    totals: list[float], group_size: int, config: Any
+) -> tuple[list[float], list[float]]:
+    """This rank's advantages, normalised over the global batch, and their `advantage_scales`
+    (reward units -> advantage units), from one gather (collective: every rank calls it once a
+    step, whatever its number of episodes).
 
     Every rank holds whole groups, so the rewards of all ranks in rank order are the step's
     batch as one process would hold it: group statistics are unchanged, and batch normalisation
@@ -113,8 +107,16 @@ def global_group_advantages(totals: list[float], group_size: int, config: Any) -
     everything = [x for rank_totals in gathered for x in rank_totals]
     rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
     offset = sum(len(g) for g in gathered[:rank])
+    mine = slice(offset, offset + len(totals))
     advantages = group_advantages(everything, group_size, config=config)
-    return advantages[offset : offset + len(totals)]
+    scales = advantage_scales(everything, group_size, config=config)
+    return advantages[mine], scales[mine]
+
+
+def global_group_advantages(totals: list[float], group_size: int, config: Any) -> list[float]:
+    """This rank's advantages, normalised over the global batch (collective; see
+    `global_advantages_and_scales`)."""
+    return global_advantages_and_scales(totals, group_size, config)[0]
 
 
 def zero_groups_frac(totals: Sequence[float], group_size: int) -> float:
