@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from paravt.train.cli import main
+from paravt.train.episode_files import read_episodes
 from paravt.train.episode_report import summarize, write_html
-from paravt.train.episodes import read_episodes
 
 from .episode_fixture import record_run
 

@@ -11,14 +11,13 @@ import pytest
 
 from paravt.core import parse_response
 from paravt.core.episode import CallRecord
+from paravt.train.episode_files import read_episodes, truncate_episodes
 from paravt.train.episodes import (
     SCHEMA_VERSION,
     EpisodeRecorder,
     call_status,
-    read_episodes,
     sample_indices,
     thumbnail_jpeg,
-    truncate_episodes,
 )
 from paravt.train.rl import train_rl
 

@@ -21,7 +21,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from paravt.train.episodes import episodes_dir, read_episodes
+from paravt.train.episode_files import episodes_dir, read_episodes
 
 PAGE_SIZE = 50
 TOP_REASONS = 8

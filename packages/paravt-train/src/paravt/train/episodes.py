@@ -55,18 +55,24 @@ import math
 import os
 import re
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from paravt.core import ImagePart, Message, TextPart
 from paravt.rewards import episode_structure
+from paravt.train.episode_files import (
+    EPISODES_FILE,
+    IMAGES_DIR,
+    folder_size,
+    safe_name,
+    truncate_episodes,
+    write_atomic,
+)
 
 log = logging.getLogger("paravt.train")
 
 SCHEMA_VERSION = 1
-EPISODES_FILE = "episodes.jsonl"
-IMAGES_DIR = "images"
 THUMB_SIDE = 96  # longest side of a thumbnail, pixels
 THUMB_QUALITY = 70  # JPEG quality
 _CALL_ISSUES = frozenset(
@@ -353,7 +359,7 @@ class EpisodeRecorder:
             ep = ro.episodes[i]
             pending: dict[str, bytes] = {}
             prompt_key = ep.key.rsplit("#", 1)[0]
-            tag = _safe(ep.key)
+            tag = safe_name(ep.key)
 
             def image(
                 name: str,
@@ -363,7 +369,7 @@ class EpisodeRecorder:
                 pending: dict[str, bytes] = pending,
             ) -> str:
                 if name.startswith("ov"):
-                    ref = f"{step_dir}/{_safe(prompt_key)}_{name}.jpg"
+                    ref = f"{step_dir}/{safe_name(prompt_key)}_{name}.jpg"
                     if ref in shared or (self.root / ref).exists():
                         shared[ref] = ref
                         return ref
@@ -397,7 +403,7 @@ class EpisodeRecorder:
                 )
                 break
             for ref, data in pending.items():
-                _write_atomic(self.root / ref, data)
+                write_atomic(self.root / ref, data)
                 shared[ref] = ref
             self.size += cost
             lines.append(line)
@@ -407,77 +413,3 @@ class EpisodeRecorder:
                 f.flush()
                 os.fsync(f.fileno())
         return len(lines)
-
-
-def _safe(key: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", key)[:80]
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp-{path.name}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
-def folder_size(root: Path) -> int:
-    """Bytes of every file under `root` (0 when it does not exist)."""
-    if not root.exists():
-        return 0
-    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
-
-
-def truncate_episodes(root: Path, last_step: int) -> None:
-    """Keep the records and images of steps <= `last_step` (a resume runs the later ones again);
-    a line cut by a kill is dropped."""
-    path = Path(root) / EPISODES_FILE
-    if path.is_file():
-        keep = []
-        for line in path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if int(row.get("step", 0)) <= last_step:
-                keep.append(line)
-        _write_atomic(path, "".join(line + "\n" for line in keep).encode())
-    images = Path(root) / IMAGES_DIR
-    if images.is_dir():
-        for d in images.iterdir():
-            m = re.fullmatch(r"step_(\d+)", d.name)
-            if m and int(m.group(1)) > last_step:
-                shutil.rmtree(d, ignore_errors=True)
-
-
-class EpisodesNotFound(FileNotFoundError):
-    """No episodes.jsonl where one was asked for (a command line's input error)."""
-
-
-def read_episodes(path: Path) -> Iterator[dict[str, Any]]:
-    """The records of `path` (a run directory, its episodes/ folder or an episodes.jsonl), in
-    file order; lines that are not whole JSON objects are skipped."""
-    path = Path(path)
-    if path.is_dir():
-        own = path / EPISODES_FILE
-        path = own if own.is_file() else path / "episodes" / EPISODES_FILE
-    if not path.is_file():
-        raise EpisodesNotFound(
-            f"no {path}: RL runs write <output_dir>/episodes/{EPISODES_FILE} "
-            "when logging.episodes_per_k > 0"
-        )
-    with path.open() as f:
-        for line in f:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(row, dict):
-                yield row
-
-
-def episodes_dir(path: Path) -> Path:
-    """The folder of episodes.jsonl for `path` (what image paths are relative to)."""
-    path = Path(path)
-    if path.is_file():
-        return path.parent
-    return path if (path / EPISODES_FILE).is_file() else path / "episodes"

@@ -39,11 +39,9 @@ from paravt.train.rl.run import (
     build_reward_config,
     evaluate,
     load_rl_examples,
-    progress_bar,
     resume_hint,
     rl_step,
     set_up_rl,
-    step_metrics,
     train_rl,
 )
 from paravt.train.rl.scoring import (
@@ -55,6 +53,7 @@ from paravt.train.rl.scoring import (
     training_sequences,
     zero_groups_frac,
 )
+from paravt.train.rl.step_metrics import progress_bar, step_metrics
 
 __all__ = [
     "EngineContext",

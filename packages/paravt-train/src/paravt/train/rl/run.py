@@ -25,13 +25,12 @@ to that many steps old, which the decoupled loss corrects for (the reference tra
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from paravt.core import (
     Episode,
@@ -45,7 +44,6 @@ from paravt.train.checkpoint import (
 from paravt.train.data import read_rl_rows
 from paravt.train.distributed import (
     Backend,
-    all_reduce_mean,
     shard_like_policy,
 )
 from paravt.train.episodes import EpisodeRecorder
@@ -75,8 +73,8 @@ from paravt.train.rl.scoring import (
     episode_metrics,
     score_rollouts,
     training_sequences,
-    zero_groups_frac,
 )
+from paravt.train.rl.step_metrics import StepTimes, progress_bar, step_metrics
 from paravt.train.runs import Run, start_run
 from paravt.train.sft import load_examples
 
@@ -324,28 +322,6 @@ def train_rl(
     return run.finish()
 
 
-def progress_bar(metrics: dict[str, float]) -> dict[str, float]:
-    """The progress bar's numbers: f_tau (the run's own format reward) beside the measures it
-    cannot fool, format_ok (share of episodes whose blocks all parse) and invalid tool calls per
-    episode, then kappa."""
-    return {
-        "reward": metrics["reward/total"],
-        "f_tau": metrics["f_tau"],
-        "format_ok": metrics.get("format_ok", math.nan),
-        "invalid/ep": metrics.get("tool/invalid_calls", math.nan),
-        "kappa": metrics["kappa"],
-    }
-
-
-class StepTimes(NamedTuple):
-    """`time.perf_counter()` at the start of a step and after each of its phases."""
-
-    start: float
-    rolled_out: float
-    scored: float
-    updated: float
-
-
 def rl_step(rl: RLSetup, step: int) -> tuple[dict[str, float], Rollouts]:
     """One step: rollouts (generated now, or taken from the producer) -> rewards, advantages and
     training sequences -> the update -> the rollout engine follows the new weights -> the
@@ -405,42 +381,6 @@ def step_rollouts(rl: RLSetup, step: int) -> tuple[Rollouts, int, dict[str, floa
         "rollout/staleness": float(got.staleness),
         "time/rollout_generate_s": got.ended_at - got.started_at,
     }  # fmt: skip
-
-
-def step_metrics(
-    ro: Rollouts,
-    recipe: RLRecipe,
-    learned: dict[str, float],
-    synced: dict[str, float],
-    engine: dict[str, float],
-    times: StepTimes,
-    extra: dict[str, float],
-) -> dict[str, float]:
-    """The step's metrics row, averaged over ranks (collective: the same keys on every rank):
-    the episodes' (`episode_metrics`), the share of groups without signal, the update's and the
-    weight sync's, the phases' times, generated tokens and their throughput, `extra` (the
-    producer's) and the rollout engine's."""
-    metrics = episode_metrics(ro)
-    metrics["advantage/zero_groups_frac"] = zero_groups_frac(
-        [r.total for r in ro.rewards], recipe.rollout.group_size
-    )
-    metrics.update(learned)
-    metrics.update(synced)
-    generated = sum(s.num_generated for ep in ro.episodes for s in [ep.main, *ep.subagents])
-    total = times.updated - times.start
-    metrics.update(
-        {
-            "time/rollout_s": times.rolled_out - times.start,
-            "time/reward_s": times.scored - times.rolled_out,
-            "time/update_s": times.updated - times.scored,
-            "time/step_s": total,
-            "tokens/generated": float(generated),
-            "throughput/generated_tokens_per_s": generated / max(total, 1e-9),
-            **extra,
-        }
-    )
-    metrics.update(engine)
-    return all_reduce_mean(metrics)
 
 
 def evaluate(
