@@ -52,6 +52,14 @@ def main() -> None:
         "--sft-steps", type=int, default=None, help="cold-start steps (default: the test's 500)"
     )
     parser.add_argument(
+        "--evidence-set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="recipe overrides of the evidence run and its controls only, e.g. "
+        "reward.overrides.penalty_unit=call reward.overrides.gamma=0.5 (probes of a setting)",
+    )
+    parser.add_argument(
         "--controls", nargs="*", default=[], choices=["lr0", "sign"], help="evidence-run controls"
     )
     parser.add_argument(
@@ -108,7 +116,11 @@ def main() -> None:
         if not (sft_model / "config.json").is_file():
             raise SystemExit(f"--reuse needs the earlier cold start's SFT model at {sft_model}")
         held_recipe = rl_recipe(
-            work / "cold" / "held", sft_model, data.held_out, seed=args.seed, extra=numeric
+            work / "cold" / "held",
+            sft_model,
+            data.held_out,
+            seed=args.seed,
+            extra=[*numeric, *args.evidence_set],
         )
         held = load_rl_examples(held_recipe)
         cold = ColdStart(
@@ -125,6 +137,15 @@ def main() -> None:
             sft_steps=args.sft_steps,
         )  # fmt: skip
     before = {"evidence": cold.before}
+    if args.evidence_set and not reuse_cold:  # the cold start evaluated under the preset
+        ev_held = rl_recipe(
+            work / "held-ev",
+            cold.sft_model,
+            cold.data.held_out,
+            seed=args.seed,
+            extra=[*numeric, *args.evidence_set],
+        )
+        before["evidence"] = evaluate_held_out(cold.sft_model, ev_held, cold.held)
     if earlier is not None:
         ref = earlier["before"]["reference"]
         before["reference"] = Evaluation(ref["metrics"], ref["per_prompt"])
@@ -153,6 +174,7 @@ def main() -> None:
         "threads": args.threads,
         "rl_steps": args.rl_steps,
         "rewards": presets,
+        "evidence_set": args.evidence_set,
         "reused": str(args.reuse) if args.reuse else None,
         "before": {k: scores(v) for k, v in before.items()},
         "time_s": {"cold_start": round(time.perf_counter() - t0, 1)},
@@ -177,7 +199,11 @@ def main() -> None:
             lr=lr,
             steps=args.rl_steps,
             sabotage=sabotage,
-            extra=[*numeric, f"reward.preset={REWARDS[reward]}"],
+            extra=[
+                *numeric,
+                f"reward.preset={REWARDS[reward]}",
+                *(args.evidence_set if reward == "evidence" else []),
+            ],
         ).values()
         b = before[reward]
         acc, acc_se = paired(after, b, "accuracy")

@@ -111,6 +111,25 @@ def test_one_valid_call_beside_an_invalid_one_still_pays_but_is_charged(preset: 
     assert r_both.total <= r_clean.total - config.gamma * 0.5 + 1e-9
 
 
+@pytest.mark.parametrize("unit", ["fraction", "call"])
+def test_a_call_cut_after_two_valid_ones_costs_what_the_penalty_unit_says(unit: str) -> None:
+    """The miniature's hole after evidence credit: two crops, then a third `<tool_call>` cut by
+    the turn's token limit. Under penalty_unit "fraction" (the paper's P) the two valid calls
+    dilute the charge to gamma/3; under "call" the cut call costs gamma whatever came before."""
+    config = RewardConfig.paragrpo(penalty_unit=unit, gamma=0.3)
+    final = f"{THINK}</think><answer>B</answer>"
+    two = f"{THINK}</think>{CALLS['valid']}{CALLS['valid'].replace('10', '30').replace('20', '40')}"
+    cut = score_episode(episode(two + '<tool_call>{"name": "crop', final), "B", "mcq", config)
+    clean = score_episode(episode(two, final), "B", "mcq", config)
+    assert (cut.call_attempts, cut.invalid_calls, cut.tool_responses) == (3, 1, 2)
+    charge = 0.3 if unit == "call" else 0.1
+    assert clean.total - cut.total == pytest.approx(charge)
+    many = score_episode(episode(f"{THINK}</think>" + CALLS["bad_json"] * 7, final), "B", "mcq",
+                         config)  # fmt: skip
+    # each invalid call is charged, up to max_calls_per_turn of them
+    assert many.penalty == (5.0 if unit == "call" else 1.0)
+
+
 def test_the_released_form_is_the_hole_and_stays_reachable_by_name() -> None:
     """What the reference pays, kept bit-identical under `reference_paragrpo()`: an invalid call
     with a right answer scores above the same answer with no call."""

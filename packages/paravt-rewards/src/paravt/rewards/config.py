@@ -10,6 +10,7 @@ AccuracyMode = Literal["mcq", "exact", "f1", "temporal_iou", "llm"]
 AnchoringForm = Literal["sequence", "token"]
 ToolCredit = Literal["evidence", "parseable"]
 FormatCredit = Literal["parses", "tags"]
+PenaltyUnit = Literal["call", "fraction"]
 # The presets by name (recipes, framework adapters): ours first, then the released forms.
 PresetName = Literal["paragrpo", "vanilla", "reference_paragrpo", "reference_vanilla"]
 
@@ -141,9 +142,18 @@ class RewardConfig(BaseModel):
         EVIDENCE_GAMMA,
         ge=0,
         description="Penalty weight for invalid tool calls (unparseable, unknown tool, invalid "
-        "window, over the per-turn cap), times the fraction of call attempts that were invalid. "
+        "window, over the per-turn cap), times the penalty (penalty_unit: the fraction of call "
+        "attempts that were invalid, or their number). "
         "Our reading of the paper's 'penalty term'; the reference code has none (0). Presets: "
         f"{EVIDENCE_GAMMA}; the reference constructors: 0.",
+    )
+    penalty_unit: PenaltyUnit = Field(
+        "fraction",
+        description="What gamma multiplies. 'fraction' (the paper's P, the default): the fraction "
+        "of call attempts that were invalid, so valid calls beside an invalid one dilute its "
+        "charge (one cut call after two valid ones costs gamma/3). 'call': the number of invalid "
+        "calls, at most max_calls_per_turn, so each invalid call costs gamma whatever else the "
+        "episode did.",
     )
     max_calls_per_turn: int = Field(5, ge=1, description="Calls beyond this per turn are invalid.")
 

@@ -45,7 +45,8 @@ class RewardBreakdown:
     base_format: float = 0.0  # R_base_fmt in [0, 1]
     anchor: float = 0.0  # R_anchor in [-0.3, 0.7], before lambda_anchor
     tool: float = 0.0  # R_tool in [0, 1] (0 when the tool reward is off)
-    penalty: float = 0.0  # fraction of call attempts that were invalid, in [0, 1]
+    penalty: float = 0.0  # what gamma multiplies: the invalid fraction of call attempts in [0, 1]
+    # (penalty_unit "fraction"), or the number of invalid calls (penalty_unit "call")
     call_attempts: int = 0
     invalid_calls: int = 0
     tool_responses: int = 0
@@ -201,7 +202,10 @@ def _compose(
         fmt = min(1.0, max(0.0, base + config.lambda_anchor * anchor))
     responded = evidence if config.tool_credit == "evidence" else responses > 0
     tool = tool_reward(credited, responded, acc) if config.tool_reward else 0.0
-    penalty = penalty_fraction(invalid, attempts)
+    if config.penalty_unit == "call":
+        penalty = float(min(invalid, config.max_calls_per_turn))
+    else:
+        penalty = penalty_fraction(invalid, attempts)
     total = (
         config.accuracy_weight * acc
         + config.format_weight * fmt
