@@ -60,6 +60,11 @@ def main() -> None:
         "reward.overrides.penalty_unit=call reward.overrides.gamma=0.5 (probes of a setting)",
     )
     parser.add_argument(
+        "--reference",
+        action="store_true",
+        help="with --reuse of a cold start whose JSON is missing: run the reference arm too",
+    )
+    parser.add_argument(
         "--controls", nargs="*", default=[], choices=["lr0", "sign"], help="evidence-run controls"
     )
     parser.add_argument(
@@ -107,7 +112,10 @@ def main() -> None:
     reuse_cold = args.reuse is not None
     earlier = json.loads(args.reuse.read_text()) if args.reuse and args.reuse.is_file() else None
     if args.reuse is not None and earlier is None:
-        print(f"[{tag}] {args.reuse} not there: reusing the cold start only, no reference run")
+        print(
+            f"[{tag}] {args.reuse} not there: reusing the cold start only, "
+            + ("the reference run again" if args.reference else "no reference run")
+        )
     if earlier is not None and (earlier["seed"], earlier["numeric"]) != (args.seed, args.numeric):
         raise SystemExit(f"--reuse {args.reuse} is another cell: {earlier['seed']=}")
     if reuse_cold:
@@ -149,7 +157,7 @@ def main() -> None:
     if earlier is not None:
         ref = earlier["before"]["reference"]
         before["reference"] = Evaluation(ref["metrics"], ref["per_prompt"])
-    elif not reuse_cold:
+    elif not reuse_cold or args.reference:
         ref_held = rl_recipe(
             work / "held-ref",
             cold.sft_model,
@@ -181,7 +189,7 @@ def main() -> None:
         "runs": {},
     }
     runs = {"evidence": ("evidence", LR, "")}
-    if not reuse_cold:
+    if not reuse_cold or (earlier is None and args.reference):
         runs = {"reference": ("reference", LR, ""), **runs}
     elif earlier is not None:
         cell["runs"]["reference"] = earlier["runs"]["reference"]  # type: ignore[index]

@@ -72,6 +72,18 @@ def test_warns_once_with_the_numbers_when_reward_and_the_invalid_share_rise(
     assert "tool_credit='evidence', gamma>0" in line and "paragrpo preset" in line
 
 
+def test_the_advice_fits_a_reward_that_already_charges_invalid_calls() -> None:
+    """Under the presets the watch must not tell the user to switch to what they already run."""
+    from paravt.rewards import RewardConfig
+    from paravt.train.rl.scoring import invalid_call_hint
+
+    released = invalid_call_hint(RewardConfig.reference_paragrpo())
+    assert "tool_credit='evidence', gamma>0" in released
+    ours = invalid_call_hint(RewardConfig.paragrpo(penalty_unit="call", gamma=0.3))
+    assert "already charges" in ours and "gamma=0.3" in ours and "penalty_unit='call'" in ours
+    assert "paravt-train episodes" in ours and "paragrpo preset" not in ours
+
+
 def test_is_quiet_when_reward_rises_with_the_invalid_share_flat_or_falling(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -249,6 +249,7 @@ def set_up_rl(
     frames = FrameSource(recipe.video) if frames is None else frames
     rows = list(examples) if examples is not None else load_rl_examples(recipe)
     gate = build_gate(recipe)
+    reward_config = build_reward_config(recipe)
     plan = StepPlan(rows, recipe, run.rank, run.world, run.data_state)
     producer = None
     if recipe.rollout.max_staleness:
@@ -261,13 +262,15 @@ def set_up_rl(
         ref_model=ref_model,
         frames=frames,
         gate=gate,
-        reward_config=build_reward_config(recipe),
+        reward_config=reward_config,
         plan=plan,
         producer=producer,
         filler=filler_sequence(policy.engine) if run.world > 1 else None,
         no_signal=NoSignalWatch(recipe.advantage.zero_signal_warn_steps),
         invalid_calls=InvalidCallWatch(
-            recipe.advantage.invalid_call_warn_window, recipe.advantage.invalid_call_warn_rise
+            recipe.advantage.invalid_call_warn_window,
+            recipe.advantage.invalid_call_warn_rise,
+            reward_config,
         ),
         episodes=episode_recorder(recipe, run),
     )
@@ -354,12 +357,13 @@ def rl_step(rl: RLSetup, step: int) -> tuple[dict[str, float], Rollouts]:
     t_rec = time.perf_counter()
     if rl.episodes is not None:  # rank 0 only, no collective
         staleness = int(async_metrics.get("rollout/staleness", 0))
-        rl.episodes.record(
+        records = rl.episodes.record(
             step,
             ro,
             weight_version=step - 1 - staleness,
             tool_response=recipe.rollout.tool_response,
         )
+        run.logger.log_episodes(step, records)  # W&B / TensorBoard when on; never raises
     metrics["time/episodes_s"] = time.perf_counter() - t_rec
     metrics["lr"] = run.backend.lr
     metrics["epoch"] = epoch

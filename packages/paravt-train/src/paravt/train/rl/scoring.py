@@ -204,13 +204,14 @@ class InvalidCallWatch:
     thing and the watch makes no collective; only rank 0 logs. A step without a finite reward or
     call count is skipped."""
 
-    def __init__(self, window: int = 8, rise: float = 0.1) -> None:
+    def __init__(self, window: int = 8, rise: float = 0.1, reward: Any = None) -> None:
         if window == 1:
             raise ValueError("InvalidCallWatch: window must be at least 2 steps (0: never warn)")
         self.window = window
         self.rise = rise
         self.rows: deque[tuple[int, float, float, float, float]] = deque(maxlen=max(window, 2))
         self.fired = False
+        self.hint = invalid_call_hint(reward)
 
     def update(self, step: int, metrics: Mapping[str, float]) -> bool:
         """Add `step`'s metrics; True when this step fired the warning (at most once a run)."""
@@ -239,9 +240,7 @@ class InvalidCallWatch:
                 "steps %d-%d: reward is being earned by invalid calls: reward/total %.3f -> %.3f "
                 "while the invalid share of tool calls rose %.2f -> %.2f (invalid calls / "
                 "episode %.2f -> %.2f of %.2f -> %.2f attempts), format_ok %.2f -> %.2f (means "
-                "of the first and last %d steps). The reward pays calls that bring no evidence: "
-                "use RewardConfig(tool_credit='evidence', gamma>0), the paragrpo preset. "
-                "(Warned once per run.)",
+                "of the first and last %d steps). %s (Warned once per run.)",
                 rows[0][0],
                 rows[-1][0],
                 before["reward"],
@@ -255,8 +254,24 @@ class InvalidCallWatch:
                 before["format_ok"],
                 after["format_ok"],
                 half,
+                self.hint,
             )
         return True
+
+
+def invalid_call_hint(reward: Any) -> str:
+    """What to do about rising invalid calls under the run's `RewardConfig` (None: unknown)."""
+    if reward is None or reward.tool_credit == "parseable" or reward.gamma == 0:
+        return (
+            "The reward pays calls that bring no evidence: use RewardConfig(tool_credit="
+            "'evidence', gamma>0), the paragrpo preset."
+        )
+    return (
+        f"The reward already charges them (tool_credit='evidence', gamma={reward.gamma:g}, "
+        f"penalty_unit='{reward.penalty_unit}'): read the parser's reasons "
+        "(`paravt-train episodes RUN_DIR`; a call cut by the turn's token limit is invalid "
+        "JSON), then give turns more tokens or charge more (penalty_unit='call', a larger gamma)."
+    )
 
 
 def _half_means(rows: Sequence[tuple[int, float, float, float, float]]) -> dict[str, float]:
