@@ -348,12 +348,14 @@ class EpisodeRecorder:
 
     def record(
         self, step: int, ro: Any, *, weight_version: int, tool_response: str = "subagent"
-    ) -> int:
-        """Record step `step`'s sample of the scored rollouts `ro`; returns the episodes written."""
+    ) -> list[dict[str, Any]]:
+        """Record step `step`'s sample of the scored rollouts `ro`; returns the records written
+        (for the trackers: `MetricsLogger.log_episodes`)."""
         if self.stopped or self.per_k <= 0 or not ro.episodes:
-            return 0
+            return []
         step_dir = f"{IMAGES_DIR}/step_{step:06d}"
         lines: list[bytes] = []
+        written: list[dict[str, Any]] = []
         shared: dict[str, str] = {}  # one overview per prompt: its rollouts share it
         for i in sample_indices(ro.budgets, self.per_k):
             ep = ro.episodes[i]
@@ -407,9 +409,10 @@ class EpisodeRecorder:
                 shared[ref] = ref
             self.size += cost
             lines.append(line)
+            written.append(rec)
         if lines:
             with self.path.open("ab") as f:
                 f.write(b"".join(lines))
                 f.flush()
                 os.fsync(f.fileno())
-        return len(lines)
+        return written

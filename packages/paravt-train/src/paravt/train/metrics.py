@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ class MetricsLogger:
         self.tb: Any = None
         self.wandb: Any = None
         self.bar: Any = None
+        self.episodes_failed: set[str] = set()  # trackers whose episodes failed (warned once)
         if not self.enabled:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -69,6 +71,37 @@ class MetricsLogger:
             self.bar.update(1)
             if bar:
                 self.bar.set_postfix({k: f"{v:.3g}" for k, v in bar.items()})
+
+    def log_episodes(self, step: int, records: Sequence[dict[str, Any]]) -> None:
+        """Send step `step`'s recorded episodes (`EpisodeRecorder.record`'s records) to W&B (a
+        table under "episodes") and TensorBoard (markdown text "episodes") when they are on and
+        `logging.episodes_per_k` > 0. A tracker that fails is warned about once and gets no more
+        episodes; nothing is raised into training."""
+        if not self.enabled or not records or self.spec.episodes_per_k <= 0:
+            return
+        from paravt.train import episode_trackers as et
+
+        if self.wandb is not None and "wandb" not in self.episodes_failed:
+            try:
+                self.wandb.log({"episodes": et.wandb_table(records)}, step=step)
+            except Exception as exc:  # a tracker must not stop training
+                self._episodes_failed("wandb", step, exc)
+        if self.tb is not None and "tensorboard" not in self.episodes_failed:
+            try:
+                self.tb.add_text("episodes", et.episodes_markdown(step, records), step)
+            except Exception as exc:
+                self._episodes_failed("tensorboard", step, exc)
+
+    def _episodes_failed(self, tracker: str, step: int, exc: Exception) -> None:
+        self.episodes_failed.add(tracker)
+        log.warning(
+            "episodes: sending step %d's episodes to %s failed (%s: %s); no more episodes go "
+            "there in this run (they are still in episodes/)",
+            step,
+            tracker,
+            type(exc).__name__,
+            exc,
+        )
 
     def close(self) -> None:
         if self.bar is not None:
