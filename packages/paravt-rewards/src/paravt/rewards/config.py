@@ -114,9 +114,12 @@ class RewardConfig(BaseModel):
     )
     anchor_tool_calls: bool = Field(
         False,
-        description="Token-level anchoring only: also anchor the tool-call boundaries (+0.3 on the "
-        "tags of well-formed <tool_call> blocks, -0.3 on the tags of broken ones or of the "
-        "prior's <tool_code> envelope). Ours; the reference has no such part.",
+        description="Also anchor the tool-call boundaries, on their tokens (+0.3 on the tags of "
+        "well-formed <tool_call> blocks, -0.3 on the tags of broken ones or of the prior's "
+        "<tool_code> envelope, times lambda_anchor). With token-level anchoring they join the "
+        "other parts; with sequence anchoring (a trainer that places per-token advantages, as "
+        "paravt-train does) they are the only parts placed on tokens, the scalar staying the "
+        "reference's. Ours; the reference has no such part.",
     )
 
     tool_credit: ToolCredit = Field(

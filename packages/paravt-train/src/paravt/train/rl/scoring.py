@@ -59,7 +59,7 @@ def score_rollouts(ro: Rollouts, reward_config: Any, recipe: RLRecipe) -> None:
         batch_norm=a.batch_norm,
     )
     totals = [r.total for r in ro.rewards]
-    if a.token_level_anchoring:
+    if token_parts(recipe, reward_config):
         # The anchor term enters the advantage in the advantage's own units: the advantages are
         # computed on reward + anchor total (as sequence-level anchoring would), and
         # `training_sequences` moves the anchor's share onto the tokens that earned it, each
@@ -72,7 +72,11 @@ def score_rollouts(ro: Rollouts, reward_config: Any, recipe: RLRecipe) -> None:
         anchor_totals = [
             0.0
             if "format_not_parsed" in r.flags
-            else sum(p.value for t in ep.turns for p in _anchor_parts(t.parsed, [], reward_config))
+            else sum(
+                p.value
+                for t in ep.turns
+                for p in _anchor_parts(t.parsed, [], reward_config, recipe)
+            )
             for ep, r in zip(ro.episodes, ro.rewards)
         ]
         totals = [x + t for x, t in zip(totals, anchor_totals)]
@@ -81,14 +85,35 @@ def score_rollouts(ro: Rollouts, reward_config: Any, recipe: RLRecipe) -> None:
     )
 
 
-def _anchor_parts(parsed: Any, offsets: Sequence[tuple[int, int]], reward_config: Any) -> Any:
-    return anchor_token_parts(
+CALL_PARTS = frozenset({"tool_calls", "broken_calls"})
+ALL_PARTS = frozenset({"close_think", "flow", "unclosed_think", *CALL_PARTS})
+
+
+def token_parts(recipe: RLRecipe, reward_config: Any) -> frozenset[str] | None:
+    """Which anchor parts go on their tokens: all of them with token-level anchoring; with
+    sequence anchoring and `anchor_tool_calls`, only the tool-call parts (+0.3 on the tags of a
+    well-formed call, -0.3 on those of a broken one, times lambda_anchor), the rest staying in
+    the scalar as the reference has it; None: none."""
+    if recipe.advantage.token_level_anchoring:
+        return ALL_PARTS
+    if reward_config.anchor_tool_calls and reward_config.lambda_anchor > 0:
+        return CALL_PARTS
+    return None
+
+
+def _anchor_parts(
+    parsed: Any, offsets: Sequence[tuple[int, int]], reward_config: Any, recipe: RLRecipe
+) -> Any:
+    names = token_parts(recipe, reward_config) or frozenset()
+    # (names: paravt.rewards.anchoring.AnchorPart.name)
+    parts = anchor_token_parts(
         parsed,
         offsets,
         lambda_anchor=reward_config.lambda_anchor,
         min_think_chars=reward_config.min_think_chars,
         tool_calls=reward_config.anchor_tool_calls,
     )
+    return [p for p in parts if p.name in names]
 
 
 def global_advantages_and_scales(
@@ -299,7 +324,9 @@ def _turn_offsets(engine: Any, ids: Sequence[int], prefix: str) -> list[tuple[in
     return spans
 
 
-def _episode_anchor_parts(ep: Any, engine: Any, prefix: str, reward_config: Any) -> list[Any]:
+def _episode_anchor_parts(
+    ep: Any, engine: Any, prefix: str, reward_config: Any, recipe: RLRecipe
+) -> list[Any]:
     """The anchor parts of every turn of `ep`, their tokens as indices of the main trajectory."""
     main = ep.main
     # generated runs of the main trajectory are the turns, in order
@@ -313,7 +340,7 @@ def _episode_anchor_parts(ep: Any, engine: Any, prefix: str, reward_config: Any)
     parts = []
     for (s, e), turn in zip(runs, ep.turns):
         offsets = _turn_offsets(engine, main.token_ids[s:e], prefix)
-        for part in _anchor_parts(turn.parsed, offsets, reward_config):
+        for part in _anchor_parts(turn.parsed, offsets, reward_config, recipe):
             parts.append((part.name, part.value, [s + i for i in part.tokens]))
     return parts
 
@@ -325,13 +352,13 @@ def training_sequences(
 
     seqs: list[Sequence_] = []
     prefix = "<think>\n" if recipe.rollout.think_prefix else ""
-    token_anchoring = recipe.advantage.token_level_anchoring
+    token_anchoring = token_parts(recipe, reward_config) is not None
     if token_anchoring:
         credits, shares = anchor_advantages(
             [
                 []
                 if "format_not_parsed" in r.flags
-                else _episode_anchor_parts(ep, engine, prefix, reward_config)
+                else _episode_anchor_parts(ep, engine, prefix, reward_config, recipe)
                 for ep, r in zip(ro.episodes, ro.rewards)
             ],
             ro.anchor_scales,

@@ -1,0 +1,73 @@
+"""Which anchor parts an RL step places on tokens (`paravt.train.rl.scoring.token_parts`).
+
+With sequence anchoring and `reward.overrides.anchor_tool_calls=true` only the tool-call parts go
+on their tokens: the `<tool_call>` tags of a cut or broken call block are charged where they were
+written, the well-formed ones credited, and the think/answer anchor stays in the scalar as the
+reference has it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from paravt.core import parse_response
+from paravt.rewards import RewardConfig
+from paravt.train.recipe import load_recipe
+from paravt.train.rl.scoring import ALL_PARTS, CALL_PARTS, _anchor_parts, token_parts
+
+CALL = (
+    '<tool_call>{"name": "crop_video", "arguments": {"start_time": 1, "end_time": 4}}</tool_call>'
+)
+# two crops, then a third call cut by the turn's token limit
+CUT = f"I look twice.</think>{CALL}{CALL.replace('1', '5').replace('4', '8')}" + '<tool_call>{"na'
+
+
+def recipe(tmp_path: Path, *extra: str):  # type: ignore[no-untyped-def]
+    return load_recipe("tiny_paragrpo", [f"output_dir={tmp_path}", *extra])
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ((), None),
+        (("reward.overrides.anchor_tool_calls=true",), CALL_PARTS),
+        (("advantage.token_level_anchoring=true",), ALL_PARTS),
+        (
+            ("advantage.token_level_anchoring=true", "reward.overrides.anchor_tool_calls=true"),
+            ALL_PARTS,
+        ),
+        # no anchor weight (vanilla GRPO): nothing goes on tokens
+        (("reward.preset=vanilla", "reward.overrides.anchor_tool_calls=true"), None),
+    ],
+)
+def test_the_parts_on_tokens_follow_the_recipe(tmp_path: Path, extra, expected) -> None:  # type: ignore[no-untyped-def]
+    r = recipe(tmp_path, *extra)
+    assert token_parts(r, r.reward.build()) == expected
+
+
+def test_sequence_anchoring_charges_the_cut_call_on_its_own_tags(tmp_path: Path) -> None:
+    r = recipe(tmp_path, "reward.overrides.anchor_tool_calls=true")
+    config: RewardConfig = r.reward.build()
+    parsed = parse_response(CUT)
+    # one (start, end) span per character: token i is character i
+    offsets = [(i, i + 1) for i in range(len(CUT))]
+    parts = {p.name: p for p in _anchor_parts(parsed, offsets, config, r)}
+    assert set(parts) == set(CALL_PARTS)  # no think/answer part: those stay in the scalar
+    assert parts["broken_calls"].value == pytest.approx(-0.3 * config.lambda_anchor)
+    assert parts["tool_calls"].value == pytest.approx(0.3 * config.lambda_anchor)
+    cut_at = CUT.rindex("<tool_call>")
+    # the charge sits on the cut block's opening tag, nowhere else
+    assert {CUT[i] for i in parts["broken_calls"].tokens} <= set("<tool_call>")
+    assert min(parts["broken_calls"].tokens) == cut_at
+    assert all(i < cut_at for i in parts["tool_calls"].tokens)
+    # the call bodies (the windows the model picks) carry nothing
+    body = CUT.index('{"name"')
+    assert body not in parts["tool_calls"].tokens
+
+
+def test_without_the_switch_sequence_anchoring_places_nothing(tmp_path: Path) -> None:
+    r = recipe(tmp_path)
+    parsed = parse_response(CUT)
+    offsets = [(i, i + 1) for i in range(len(CUT))]
+    assert _anchor_parts(parsed, offsets, r.reward.build(), r) == []
