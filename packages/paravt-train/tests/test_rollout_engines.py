@@ -58,7 +58,7 @@ class ToyEngine(RolloutEngine):
     @classmethod
     def check_spec(cls, rollout: RolloutSpec) -> list[str]:
         """Its own rule for the recipe, judged while the recipe loads."""
-        problems = super().check_spec(rollout)  # the interface's: no max_staleness
+        problems = super().check_spec(rollout)  # the interface's: none (staleness: registry)
         if rollout.server.urls:
             problems.append("rollout.engine=toy talks to no server: leave rollout.server.urls out")
         return problems

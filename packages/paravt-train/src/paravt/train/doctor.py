@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from paravt.train.engine_registry import engine_class
+from paravt.train.engine_registry import engine_checks
 from paravt.train.recipe import RLRecipe, load_recipe
 
 if TYPE_CHECKING:
@@ -312,11 +312,12 @@ def recipe_urls(name: str, overrides: Sequence[str]) -> list[str]:
 
 def _server_urls(recipe: SFTRecipe | RLRecipe) -> list[str]:
     """The servers the recipe's rollout engine names for these checks
-    (`RolloutEngine.doctor_server_urls`: SGLang's every rollout and weight URL, none otherwise)."""
+    (`EngineChecks.doctor_server_urls`: SGLang's every rollout and weight URL, none otherwise;
+    the engine's light checks, so no torch or trainer is loaded)."""
     if not isinstance(recipe, RLRecipe):
         return []
-    engine = engine_class(recipe.rollout.engine)  # registered: the recipe validated
-    urls = getattr(engine, "doctor_server_urls", None)
+    checks = engine_checks(recipe.rollout.engine)  # registered: the recipe validated
+    urls = getattr(checks, "doctor_server_urls", None)
     return list(urls(recipe.rollout)) if urls is not None else []
 
 

@@ -1,16 +1,16 @@
 """Rollout engines by name: what `rollout.engine: <name>` in a recipe means (`register_engine`,
-`engine_class`, `engine_names`).
+`engine_checks`, `engine_class`, `engine_names`, `check_spec`).
 
-Dependency-free on purpose: the recipe asks it while it validates (`RolloutSpec`: each engine
-class judges its own `rollout` settings with `check_spec` and says whether it can run
-asynchronously, `supports_staleness`), and the engines themselves (`paravt.train.rl.engines`)
-import the recipe, so the registry sits below both.
-
-The built-in engines are named here by module and attribute and imported the first time a
-recipe (or anything else) asks for one, as `paravt.train`'s own lazy names are: importing the
-recipe stays light (no torch), and a recipe naming `hf` still gets `hf`'s checks. Any other engine
-is registered by the code that defines it (`register_engine(name, cls)`, before the recipe that
-names it is loaded).
+Light on purpose: the recipe asks it while it validates, and a recipe loads without torch or the
+RL trainer (`paravt-train doctor`, `load_recipe` on a machine with no GPU stack). So each name
+has two sides: its checks (`engine_checks`: the light class that judges the recipe's `rollout`
+section, `paravt.train.engine_checks`) and its engine (`engine_class`: what a run builds, in
+`paravt.train.rl.engines`, which imports the recipe). A built-in engine's checks are imported
+here, its engine class only when a run builds it (named by module and attribute, imported on
+first use: not an import statement, as the engines sit above the recipe that asks this
+registry). Any other engine is registered by the code that defines it
+(`register_engine(name, cls)`, before the recipe that names it is loaded); a `RolloutEngine`
+subclass inherits `EngineChecks`, so the class it registers is its own checks.
 """
 
 from __future__ import annotations
@@ -18,12 +18,15 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# name -> (module, attribute) of the built-in engines, imported when first asked for
-BUILT_IN: dict[str, tuple[str, str]] = {
-    "hf": ("paravt.train.rl.engines.hf", "HFRollouts"),
-    "sglang_server": ("paravt.train.rl.engines.servers", "SGLangServers"),
-    "vllm_server": ("paravt.train.rl.engines.servers", "VLLMServers"),
+from paravt.train.engine_checks import EngineChecks, HFChecks, SGLangChecks, VLLMChecks
+
+# name -> (its light checks, (module, attribute) of its engine class, imported when first built)
+BUILT_IN: dict[str, tuple[type[EngineChecks], tuple[str, str]]] = {
+    "hf": (HFChecks, ("paravt.train.rl.engines.hf", "HFRollouts")),
+    "sglang_server": (SGLangChecks, ("paravt.train.rl.engines.servers", "SGLangServers")),
+    "vllm_server": (VLLMChecks, ("paravt.train.rl.engines.servers", "VLLMServers")),
 }
+FUNCTION_REASON = "it is registered as a function"  # why an engine function is synchronous
 
 _ENGINES: dict[str, Any] = {}  # name -> a RolloutEngine subclass, or a function of a context
 
@@ -33,18 +36,35 @@ def register_engine(name: str, engine: Any) -> None:
     `check_spec` and `supports_staleness` are used), or a function of an `EngineContext` (no
     checks of its own, synchronous only). Registering the same one again is a no-op; another one
     under a taken name (a built-in's included) is a `ValueError`."""
-    known = engine_class(name)
+    known = _ENGINES.get(name)
+    if known is None and name in BUILT_IN:
+        module, attribute = BUILT_IN[name][1]
+        # the built-in itself (compared by name: importing it here would load the trainer)
+        same = (getattr(engine, "__module__", None), getattr(engine, "__qualname__", None))
+        if same == (module, attribute):
+            return
+        known = f"{module}.{attribute}"
     if known is not None and known is not engine:
         raise ValueError(f"a rollout engine is registered as {name!r} already: {known!r}")
     _ENGINES[name] = engine
 
 
+def engine_checks(name: str) -> Any:
+    """What judges a recipe naming `rollout.engine: <name>` (light: nothing is built or loaded
+    beyond it): a built-in's `EngineChecks` class, or what was registered under the name (a
+    `RolloutEngine` subclass is its own checks; a function has none); None for a name nobody
+    registered."""
+    if name in BUILT_IN:
+        return BUILT_IN[name][0]  # the engine class, once imported, inherits these
+    return _ENGINES.get(name)
+
+
 def engine_class(name: str) -> Any:
     """What `rollout.engine: <name>` builds (a class or a function), or None for a name nobody
-    registered. A built-in is imported on first use."""
+    registered. A built-in is imported on first use (it loads the RL trainer and torch)."""
     found = _ENGINES.get(name)
     if found is None and name in BUILT_IN:
-        module, attribute = BUILT_IN[name]
+        module, attribute = BUILT_IN[name][1]
         # not an import statement: the engines import the recipe, which asks this registry
         found = _ENGINES[name] = getattr(importlib.import_module(module), attribute)
     return found
@@ -61,8 +81,8 @@ def engine_names(*, supports_staleness: bool | None = None) -> tuple[str, ...]:
 
 def staleness_supported(name: str) -> bool:
     """Whether the engine registered as `name` may generate while the trainer trains and knows
-    which weights produced each reply (`RolloutEngine.supports_staleness`)."""
-    return bool(getattr(engine_class(name), "supports_staleness", False))
+    which weights produced each reply (`EngineChecks.supports_staleness`)."""
+    return bool(getattr(engine_checks(name), "supports_staleness", False))
 
 
 def staleness_refusal(name: str, max_staleness: int, reason: str) -> str:
@@ -79,19 +99,23 @@ def staleness_refusal(name: str, max_staleness: int, reason: str) -> str:
 
 
 def check_spec(name: str, rollout: Any) -> list[str]:
-    """What the engine registered as `name` finds wrong with a recipe's `rollout` section
-    (`RolloutEngine.check_spec`; each problem names the key and the fix). An unregistered name is
-    the one problem; an engine registered as a function has no checks but refuses staleness."""
-    engine = engine_class(name)
-    if engine is None:
+    """What is wrong with a recipe's `rollout` section (a `RolloutSpec`) for the engine
+    registered as `name`, each problem naming the key and the fix: `max_staleness` > 0 on an
+    engine that cannot run asynchronously (`supports_staleness`; an engine registered as a
+    function cannot), then the engine's own rules (`EngineChecks.check_spec`). An unregistered
+    name is the one problem. Light: the engine's checks, never the engine (`engine_checks`)."""
+    checks = engine_checks(name)
+    if checks is None:
         return [
             f"rollout.engine={name!r} is no registered rollout engine (registered: "
             f"{', '.join(engine_names())}); an engine defined elsewhere is registered with "
             "paravt.train.rl.register_engine(name, cls) before the recipe naming it is loaded"
         ]
-    own = getattr(engine, "check_spec", None)
+    problems = []
+    if rollout.max_staleness and not getattr(checks, "supports_staleness", False):
+        reason = getattr(checks, "synchronous_reason", FUNCTION_REASON)
+        problems.append(staleness_refusal(name, rollout.max_staleness, reason))
+    own = getattr(checks, "check_spec", None)
     if own is not None:
-        return list(own(rollout))
-    if rollout.max_staleness:
-        return [staleness_refusal(name, rollout.max_staleness, "it is registered as a function")]
-    return []
+        problems += own(rollout)
+    return problems

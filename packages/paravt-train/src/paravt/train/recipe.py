@@ -435,8 +435,8 @@ class RolloutSpec(_Strict):
 
     @model_validator(mode="after")
     def _the_engine_judges_its_settings(self) -> RolloutSpec:
-        # the engine named (a built-in one is imported here) checks the rest of the section:
-        # RolloutEngine.check_spec, through the registry below both (paravt.train.engine_registry)
+        # the engine named checks the rest of the section: its light checks (EngineChecks, no
+        # torch, no trainer) through the registry below both (paravt.train.engine_registry)
         problems = check_engine_spec(self.engine, self)
         if problems:
             raise ValueError("; ".join(problems))

@@ -10,11 +10,14 @@ out the weight buckets. The built-in engines, registered here (the one place):
 - `sglang_server` (`servers.py`): `SGLangServers`;
 - `vllm_server` (`servers.py`): `VLLMServers`.
 
-They are named in `paravt.train.engine_registry.BUILT_IN` (the one place; imported when a recipe
-first names one). Each class judges the recipe's `rollout` section itself (`check_spec`, called
-while the recipe validates) and says whether it can run asynchronously (`supports_staleness`).
-A new engine is a `RolloutEngine` subclass in its own file and one `register_engine(name, cls)`
-call before its recipe is loaded; `rollout.engine: <name>` then builds it.
+They are named in `paravt.train.engine_registry.BUILT_IN` (the one place), each with its light
+checks (`paravt.train.engine_checks`: `HFChecks`, `SGLangChecks`, `VLLMChecks`, no torch), which
+judge the recipe's `rollout` section while it validates (`check_spec`) and say whether the engine
+can run asynchronously (`supports_staleness`); each class here inherits its checks and is
+imported only when a run builds it. A new engine is a `RolloutEngine` subclass in its own file
+(it inherits `EngineChecks`; override `check_spec` for rules of its own) and one
+`register_engine(name, cls)` call before its recipe is loaded; `rollout.engine: <name>` then
+builds it.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from typing import Any, ClassVar
 import torch
 
 from paravt.train.distributed import Backend
-from paravt.train.engine_registry import staleness_refusal
-from paravt.train.recipe import RLRecipe, RolloutSpec
+from paravt.train.engine_checks import EngineChecks
+from paravt.train.recipe import RLRecipe
 
 Bucket = list[
     tuple[str, torch.Tensor]
@@ -44,7 +44,7 @@ class WeightCheck:
     problem: str = ""
 
 
-class RolloutEngine(ABC):
+class RolloutEngine(EngineChecks, ABC):
     """One kind of rollout engine: what the agent runtime generates with during RL, and how it
     follows the policy's weights. Every rank holds one; `paravt.train.rl.policy.PolicyEngine`
     drives it, in this order:
@@ -65,7 +65,10 @@ class RolloutEngine(ABC):
     7. `close()` when the run ends, also on an error.
 
     Before any of this, while the recipe validates, the class judges the recipe's `rollout`
-    section (`check_spec`) and says whether it can run asynchronously (`supports_staleness`).
+    section (`check_spec`) and says whether it can run asynchronously (`supports_staleness`):
+    what it inherits from `paravt.train.engine_checks.EngineChecks`, light (no torch), so a
+    recipe loads without the trainer. A built-in engine inherits its own checks class there
+    (`HFChecks`, `SGLangChecks`, `VLLMChecks`), which the registry asks until a run builds it.
 
     A new engine is a subclass in its own file plus one `register_engine(name, cls)` call
     (`paravt.train.rl.engines.registry`); `rollout.engine: <name>` then builds it.
@@ -73,29 +76,7 @@ class RolloutEngine(ABC):
 
     engine: Any  # the core Engine the agent runtime generates with
     receives_weights: ClassVar[bool] = True
-    # `rollout.max_staleness` > 0: the engine generates later steps while the trainer trains and
-    # knows which weights produced each reply (so the staleness bound holds); when False, why not
-    supports_staleness: ClassVar[bool] = False
-    synchronous_reason: ClassVar[str] = "it cannot tell which weights produced a reply"
     sync_hint: str = ""  # said when the weights did not arrive after a second load
-
-    @classmethod
-    def check_spec(cls, rollout: RolloutSpec) -> list[str]:
-        """What this engine finds wrong with a recipe's `rollout` section, one problem each,
-        naming the key and the fix ([]: nothing). Called while the recipe validates, before
-        anything is built. This one refuses `max_staleness` > 0 unless `supports_staleness`; a
-        subclass adds its own (`super().check_spec(rollout) + [...]`)."""
-        if rollout.max_staleness and not cls.supports_staleness:
-            return [
-                staleness_refusal(rollout.engine, rollout.max_staleness, cls.synchronous_reason)
-            ]
-        return []
-
-    @classmethod
-    def doctor_server_urls(cls, rollout: RolloutSpec) -> list[str]:
-        """The servers of a recipe's `rollout` section that `paravt-train doctor --recipe`
-        checks with its server checks (SGLang's routes: `/health`, `/model_info`); none here."""
-        return []
 
     @classmethod
     @abstractmethod

@@ -9,15 +9,14 @@ from typing import Any
 import torch
 
 from paravt.core.engines import HFEngine
+from paravt.train.engine_checks import HFChecks
 from paravt.train.rl.engines.base import Bucket, EngineContext, RolloutEngine
 
 
-class HFRollouts(RolloutEngine):
-    """`rollout.engine: hf`: transformers in the trainer's processes, synchronous only. `build`
-    picks the policy module itself (`InProcessHF`) or, when the backend shards it, a replica
-    (`HFReplica`)."""
-
-    synchronous_reason = "the in-process engine generates with the very weights being trained"
+class HFRollouts(HFChecks, RolloutEngine):
+    """`rollout.engine: hf`: transformers in the trainer's processes, synchronous only (its
+    recipe rules: `HFChecks`). `build` picks the policy module itself (`InProcessHF`) or, when
+    the backend shards it, a replica (`HFReplica`)."""
 
     @classmethod
     def build(cls, ctx: EngineContext) -> RolloutEngine:

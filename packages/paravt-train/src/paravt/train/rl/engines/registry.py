@@ -1,8 +1,8 @@
 """Rollout engines by the recipe's `rollout.engine` name: `register_engine`, `build_engine`.
 
-The names live in `paravt.train.engine_registry` (dependency-free, so the recipe can ask it while
-it validates: each engine class judges its own settings, `RolloutEngine.check_spec`); this module
-types them and builds the one a run names."""
+The names live in `paravt.train.engine_registry` (light, so the recipe can ask it while it
+validates: each engine's checks judge its settings, `EngineChecks.check_spec`, without importing
+the engine); this module types them and builds the one a run names."""
 
 from __future__ import annotations
 

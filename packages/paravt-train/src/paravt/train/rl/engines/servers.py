@@ -17,15 +17,15 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
 from paravt.core.engines import SGLangServerEngine, VLLMServerEngine
 from paravt.train.distributed import all_reduce_sum
+from paravt.train.engine_checks import ServerChecks, SGLangChecks, VLLMChecks
 from paravt.train.modeling import Sequence_, collate, token_logprobs
 from paravt.train.ranks import barrier, is_rank0
-from paravt.train.recipe import RolloutSpec
 from paravt.train.rl.engines.base import (
     WEIGHT_BUCKET_BYTES,
     Bucket,
@@ -41,23 +41,9 @@ def _pairs(buckets: Iterable[Bucket]) -> Iterator[tuple[str, torch.Tensor]]:
     return (item for bucket in buckets for item in bucket)
 
 
-class ServerEngine(RolloutEngine):
+class ServerEngine(ServerChecks, RolloutEngine):
     """Rollout servers behind a core client with the `ServerWeights` interface; the recipe's
-    `rollout.server` section configures them."""
-
-    example_url: ClassVar[str] = "http://127.0.0.1:8000"  # in the message of a missing url
-    launch_hint: ClassVar[str] = "start the servers first"  # how, in the same message
-
-    @classmethod
-    def check_spec(cls, rollout: RolloutSpec) -> list[str]:
-        problems = super().check_spec(rollout)
-        if not rollout.server.urls:
-            problems.append(
-                f"rollout.engine={rollout.engine} needs rollout.server.urls, e.g. "
-                f"rollout.server.urls=[{cls.example_url}] ({cls.launch_hint}; see paravt-train's "
-                "README, Launch)"
-            )
-        return problems
+    `rollout.server` section configures them (its rules: `ServerChecks`)."""
 
     def __init__(self, engine: Any, ctx: EngineContext) -> None:
         self.engine = engine
@@ -154,37 +140,17 @@ class ServerEngine(RolloutEngine):
         return {"rollout/prompt_token_mismatches": float(self.engine.prompt_token_mismatches)}
 
 
-class SGLangServers(ServerEngine):
+class SGLangServers(SGLangChecks, ServerEngine):
     """SGLang servers (`SGLangServerEngine`): weights from disk (`/update_weights_from_disk`) or
     over an NCCL weight-update group; colocated servers (`rollout.server.colocate`) give their
     GPU memory to the update; with `rollout.max_staleness` N a reply may come from the N versions
     before the last push, or from the one being pushed (announced before the push)."""
 
     engine: SGLangServerEngine
-    supports_staleness = True  # every reply carries the weight version that generated it
-    example_url = "http://127.0.0.1:30000"
-    launch_hint = "start the server with python -m sglang.launch_server"
 
     def __init__(self, engine: SGLangServerEngine, ctx: EngineContext) -> None:
         super().__init__(engine, ctx)
         self.weight_group: Any = None
-
-    @classmethod
-    def check_spec(cls, rollout: RolloutSpec) -> list[str]:
-        problems = super().check_spec(rollout)
-        if rollout.max_staleness and rollout.server.colocate:
-            problems.append(
-                f"rollout.max_staleness={rollout.max_staleness} cannot run with "
-                "rollout.server.colocate=true: colocated servers give their memory to the "
-                "update, so nothing can generate meanwhile; set rollout.max_staleness=0"
-            )
-        return problems
-
-    @classmethod
-    def doctor_server_urls(cls, rollout: RolloutSpec) -> list[str]:
-        """Every rollout and weight URL (SGLang's routes are what the doctor checks)."""
-        spec = rollout.server
-        return list(dict.fromkeys([*spec.urls, *(spec.weight_urls or [])]))
 
     @classmethod
     def build(cls, ctx: EngineContext) -> SGLangServers:
@@ -236,7 +202,7 @@ class SGLangServers(ServerEngine):
         )
 
 
-class VLLMServers(ServerEngine):
+class VLLMServers(VLLMChecks, ServerEngine):
     """vLLM servers (`VLLMServerEngine`): every server reloads each version from disk
     (`check_spec` refuses distributed sync and colocation). With `rollout.max_staleness` N the
     servers generate later steps while the trainer trains: a vLLM chat reply says nothing of the
@@ -246,40 +212,10 @@ class VLLMServers(ServerEngine):
     would let requests run across a reload, are refused)."""
 
     engine: VLLMServerEngine
-    supports_staleness = True  # the client tags each reply with its version (no request straddles)
-    launch_hint = (
-        "start it with VLLM_SERVER_DEV_MODE=1 python -m vllm.entrypoints.openai.api_server "
-        "--model MODEL ..."
-    )
 
     def __init__(self, engine: VLLMServerEngine, ctx: EngineContext) -> None:
         super().__init__(engine, ctx)
         self.drain_s = 0.0  # this rank's wait for its requests in flight before the last reload
-
-    @classmethod
-    def check_spec(cls, rollout: RolloutSpec) -> list[str]:
-        problems = super().check_spec(rollout)
-        unsupported = {
-            "rollout.server.weight_sync": (rollout.server.weight_sync, "disk"),
-            "rollout.server.colocate": (rollout.server.colocate, False),
-        }
-        for key, (value, allowed) in unsupported.items():
-            if value != allowed:
-                problems.append(
-                    f"{key}={value} is not available with rollout.engine={rollout.engine} (it "
-                    f"reloads weights from disk and its servers are not colocated): set "
-                    f"{key}={allowed}, or use rollout.engine=sglang_server"
-                )
-        mode, explicit = rollout.server.pause_mode, rollout.server.model_fields_set
-        if rollout.max_staleness and "pause_mode" in explicit and mode != "drain":
-            problems.append(
-                f"rollout.server.pause_mode={mode} lets a request go on across a weight "
-                f"reload, and rollout.engine={rollout.engine} could not tell which weights "
-                "produced its reply (vLLM's chat replies carry no weight version): set "
-                "rollout.server.pause_mode=drain (what this engine does: a reload waits for "
-                "the requests in flight), or leave the key out"
-            )
-        return problems
 
     @classmethod
     def build(cls, ctx: EngineContext) -> VLLMServers:
