@@ -20,7 +20,10 @@ CALL = (
     '<tool_call>{"name": "crop_video", "arguments": {"start_time": 1, "end_time": 4}}</tool_call>'
 )
 # two crops, then a third call cut by the turn's token limit
-CUT = f"I look twice.</think>{CALL}{CALL.replace('1', '5').replace('4', '8')}" + '<tool_call>{"na'
+CUT = (
+    f"<think>I look twice.</think>{CALL}{CALL.replace('1', '5').replace('4', '8')}"
+    + '<tool_call>{"na'
+)
 
 
 def recipe(tmp_path: Path, *extra: str):  # type: ignore[no-untyped-def]
@@ -53,7 +56,8 @@ def test_sequence_anchoring_charges_the_cut_call_on_its_own_tags(tmp_path: Path)
     # one (start, end) span per character: token i is character i
     offsets = [(i, i + 1) for i in range(len(CUT))]
     parts = {p.name: p for p in _anchor_parts(parsed, offsets, config, r)}
-    assert set(parts) == set(CALL_PARTS)  # no think/answer part: those stay in the scalar
+    # no think/answer part (those stay in the scalar), no format issues part (off by default)
+    assert set(parts) == {"tool_calls", "broken_calls"}
     assert parts["broken_calls"].value == pytest.approx(-0.3 * config.lambda_anchor)
     assert parts["tool_calls"].value == pytest.approx(0.3 * config.lambda_anchor)
     cut_at = CUT.rindex("<tool_call>")
@@ -71,3 +75,30 @@ def test_without_the_switch_sequence_anchoring_places_nothing(tmp_path: Path) ->
     parsed = parse_response(CUT)
     offsets = [(i, i + 1) for i in range(len(CUT))]
     assert _anchor_parts(parsed, offsets, r.reward.build(), r) == []
+
+
+# two crops, then the turn runs on past its calls until the token limit cuts it
+RUNON = f"<think>I look twice.</think>{CALL}{CALL.replace('1', '5').replace('4', '8')}"
+RUNON += " no square.</think><answer>blue"
+
+
+def test_a_turn_that_runs_on_after_its_calls_is_charged_on_the_run_on_text(
+    tmp_path: Path,
+) -> None:
+    r = recipe(
+        tmp_path,
+        "reward.overrides.anchor_tool_calls=true",
+        "reward.overrides.anchor_format_issues=true",
+    )
+    config: RewardConfig = r.reward.build()
+    parsed = parse_response(RUNON)
+    offsets = [(i, i + 1) for i in range(len(RUNON))]
+    parts = {p.name: p for p in _anchor_parts(parsed, offsets, config, r)}
+    assert set(parts) == {"tool_calls", "format_issues"}  # both calls are well formed
+    assert parts["format_issues"].value == pytest.approx(-0.3 * config.lambda_anchor)
+    charged = "".join(RUNON[i] for i in parts["format_issues"].tokens)
+    assert charged == "no square.</think><answer>blue"
+    # off by default: the same turn under the recipe's reward places nothing there
+    plain = recipe(tmp_path, "reward.overrides.anchor_tool_calls=true")
+    names = {p.name for p in _anchor_parts(parsed, offsets, plain.reward.build(), plain)}
+    assert names == {"tool_calls"}

@@ -21,6 +21,13 @@ the positions most prone to collapse, the reference's scalar has no such part) t
 
 The call bodies (the JSON, the window the model picks) get nothing either way.
 
+With `format_issues=True` (ours, off by default) one more part:
+
+- format issues (-0.3): the tokens of every span the parser reported as an issue other than a
+  call's (text outside the tags, a stray closing tag, an unclosed block, a second answer ...),
+  when the turn has one: a turn that runs on after its calls until the token limit cuts it is
+  charged on the run-on text, where the turn should have ended.
+
 A part is split evenly over its tokens and scaled by `lambda_anchor`, so the vector sums to
 `lambda_anchor * R_anchor`. When a tag has no token in the completion (e.g. the `<think>` of the
 think prefix sits in the prompt), that part goes to the last token, so the sum is kept.
@@ -38,8 +45,10 @@ from paravt.rewards.terms import (
     ANCHOR_BROKEN_CALLS,
     ANCHOR_CLOSE_THINK,
     ANCHOR_FLOW,
+    ANCHOR_FORMAT_ISSUES,
     ANCHOR_TOOL_CALLS,
     ANCHOR_UNCLOSED_THINK,
+    INVALID_CALL_ISSUES,
     substantive_think,
 )
 
@@ -85,7 +94,7 @@ class AnchorPart(NamedTuple):
     """One part of R_anchor earned by a response: its name, its value (`lambda_anchor` times the
     part's weight: reward units) and the tokens that carry it."""
 
-    name: str  # close_think, flow, unclosed_think, tool_calls, broken_calls
+    name: str  # close_think, flow, unclosed_think, tool_calls, broken_calls, format_issues
     value: float
     tokens: list[int]  # indices into the offsets; the last token when its tags have none
 
@@ -97,6 +106,7 @@ def anchor_token_parts(
     lambda_anchor: float = 0.5,
     min_think_chars: int = 10,
     tool_calls: bool = False,
+    format_issues: bool = False,
 ) -> list[AnchorPart]:
     """The parts of `lambda_anchor * R_anchor` this response earned, each with its tokens (see
     the module docstring). Their values sum to `lambda_anchor * R_anchor` (tool-call parts
@@ -127,6 +137,14 @@ def anchor_token_parts(
             parts.append(("tool_calls", ANCHOR_TOOL_CALLS, good))
         if bad:
             parts.append(("broken_calls", ANCHOR_BROKEN_CALLS, bad))
+    if format_issues:
+        spans = [
+            TagSpan(i.kind.value, i.start, i.end)
+            for i in parsed.issues
+            if i.kind not in INVALID_CALL_ISSUES and i.end > i.start
+        ]
+        if spans:
+            parts.append(("format_issues", ANCHOR_FORMAT_ISSUES, spans))
 
     out = []
     for name, value, spans in parts:

@@ -121,6 +121,13 @@ class RewardConfig(BaseModel):
         "paravt-train does) they are the only parts placed on tokens, the scalar staying the "
         "reference's. Ours; the reference has no such part.",
     )
+    anchor_format_issues: bool = Field(
+        False,
+        description="Also charge the parser's other issues on their tokens (-0.3 times "
+        "lambda_anchor on the text outside the tags, a stray closing tag, an unclosed block ...), "
+        "placed as anchor_tool_calls' parts are. Ours: a turn that runs on after its calls until "
+        "the token limit cuts it is charged where it should have ended.",
+    )
 
     tool_credit: ToolCredit = Field(
         "evidence",

@@ -31,6 +31,7 @@ ANCHOR_UNCLOSED_THINK = -0.3
 # by `anchor_token_rewards(..., tool_calls=True)`, never in the sequence-level scalar.
 ANCHOR_TOOL_CALLS = 0.3
 ANCHOR_BROKEN_CALLS = -0.3
+ANCHOR_FORMAT_ISSUES = -0.3  # ours: the parser's other issues, on their tokens
 
 
 def strip_chat_tokens(text: str) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from paravt.train.episode_trackers import episodes_markdown, wandb_table
 from paravt.train.recipe import LoggingSpec
 
 log = logging.getLogger("paravt.train")
@@ -79,16 +80,14 @@ class MetricsLogger:
         episodes; nothing is raised into training."""
         if not self.enabled or not records or self.spec.episodes_per_k <= 0:
             return
-        from paravt.train import episode_trackers as et
-
         if self.wandb is not None and "wandb" not in self.episodes_failed:
             try:
-                self.wandb.log({"episodes": et.wandb_table(records)}, step=step)
+                self.wandb.log({"episodes": wandb_table(records)}, step=step)
             except Exception as exc:  # a tracker must not stop training
                 self._episodes_failed("wandb", step, exc)
         if self.tb is not None and "tensorboard" not in self.episodes_failed:
             try:
-                self.tb.add_text("episodes", et.episodes_markdown(step, records), step)
+                self.tb.add_text("episodes", episodes_markdown(step, records), step)
             except Exception as exc:
                 self._episodes_failed("tensorboard", step, exc)
 

@@ -85,18 +85,20 @@ def score_rollouts(ro: Rollouts, reward_config: Any, recipe: RLRecipe) -> None:
     )
 
 
-CALL_PARTS = frozenset({"tool_calls", "broken_calls"})
+CALL_PARTS = frozenset({"tool_calls", "broken_calls", "format_issues"})
 ALL_PARTS = frozenset({"close_think", "flow", "unclosed_think", *CALL_PARTS})
 
 
 def token_parts(recipe: RLRecipe, reward_config: Any) -> frozenset[str] | None:
     """Which anchor parts go on their tokens: all of them with token-level anchoring; with
-    sequence anchoring and `anchor_tool_calls`, only the tool-call parts (+0.3 on the tags of a
-    well-formed call, -0.3 on those of a broken one, times lambda_anchor), the rest staying in
-    the scalar as the reference has it; None: none."""
+    sequence anchoring and `anchor_tool_calls` / `anchor_format_issues`, only the parts the
+    reference's scalar has not (+0.3 on the tags of a well-formed call, -0.3 on those of a broken
+    one, -0.3 on the spans of the parser's other issues, times lambda_anchor), the rest staying
+    in the scalar as the reference has it; None: none."""
     if recipe.advantage.token_level_anchoring:
         return ALL_PARTS
-    if reward_config.anchor_tool_calls and reward_config.lambda_anchor > 0:
+    extra = reward_config.anchor_tool_calls or reward_config.anchor_format_issues
+    if extra and reward_config.lambda_anchor > 0:
         return CALL_PARTS
     return None
 
@@ -112,6 +114,7 @@ def _anchor_parts(
         lambda_anchor=reward_config.lambda_anchor,
         min_think_chars=reward_config.min_think_chars,
         tool_calls=reward_config.anchor_tool_calls,
+        format_issues=reward_config.anchor_format_issues,
     )
     return [p for p in parts if p.name in names]
 
