@@ -102,3 +102,52 @@ def test_a_turn_that_runs_on_after_its_calls_is_charged_on_the_run_on_text(
     plain = recipe(tmp_path, "reward.overrides.anchor_tool_calls=true")
     names = {p.name for p in _anchor_parts(parsed, offsets, plain.reward.build(), plain)}
     assert names == {"tool_calls"}
+
+
+@pytest.mark.slow
+def test_charged_tokens_get_no_positive_outcome_credit(
+    tiny_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`advantage.no_credit_on_issues`: the tokens of the parser's issues (the untrained model's
+    text outside the tags, here) are never pushed up because their episode scored well; the other
+    tokens keep the outcome's share."""
+    import paravt.train.rl.run as run_module
+    from paravt.train.rl import scoring, train_rl
+
+    from .rl_helpers import EveryOtherScripted, examples
+    from .test_rl import tiny_rl_recipe
+
+    seen: list[tuple[list[float], set[int], float]] = []
+
+    def recording(ro, recipe, engine, reward_config):  # type: ignore[no-untyped-def]
+        seqs = scoring.training_sequences(ro, recipe, engine, reward_config)
+        prefix = "<think>\n" if recipe.rollout.think_prefix else ""
+        for ep, scale in zip(ro.episodes, ro.anchor_scales):
+            main = next(s for s in seqs if s.token_ids is ep.main.token_ids)
+            parts = scoring._episode_anchor_parts(ep, engine, prefix, reward_config, recipe)
+            charged = {i for _, value, toks in parts if value < 0 for i in toks}
+            seen.append((list(main.advantages or []), charged, scale))
+        return seqs
+
+    monkeypatch.setattr(run_module, "training_sequences", recording)
+    exs, frames = examples()
+    recipe = tiny_rl_recipe(
+        tiny_model_path,
+        tmp_path / "run",
+        "max_steps=1",
+        "reward.overrides.anchor_tool_calls=true",
+        "reward.overrides.anchor_format_issues=true",
+        "advantage.no_credit_on_issues=true",
+        "checkpoint.save_final=false",
+    )
+    train_rl(recipe, examples=exs, frames=frames, wrap_engine=EveryOtherScripted)
+    pushed_up = [
+        (advs, charged, scale)
+        for advs, charged, scale in seen
+        if charged and max(set(advs), key=advs.count) > 0
+    ]
+    assert pushed_up, "no episode with a positive outcome share had charged tokens"
+    for advs, charged, scale in pushed_up:
+        bound = scale * 0.5 * 0.3 * 2  # lambda x a charge's size x two turns, in advantage units
+        assert all(advs[i] <= bound + 1e-6 for i in charged), [advs[i] for i in charged]
+        assert max(set(advs), key=advs.count) > bound  # the rest keeps the outcome's share

@@ -75,7 +75,7 @@ def test_warns_once_with_the_numbers_when_reward_and_the_invalid_share_rise(
 def test_the_advice_fits_a_reward_that_already_charges_invalid_calls() -> None:
     """Under the presets the watch must not tell the user to switch to what they already run."""
     from paravt.rewards import RewardConfig
-    from paravt.train.rl.scoring import invalid_call_hint
+    from paravt.train.rl.watches import invalid_call_hint
 
     released = invalid_call_hint(RewardConfig.reference_paragrpo())
     assert "tool_credit='evidence', gamma>0" in released

@@ -501,6 +501,16 @@ class AdvantageSpec(_Strict):
         "tool/call_attempts) rose by at least invalid_call_warn_rise. 0: never warn; else at "
         "least 2.",
     )
+    no_credit_on_issues: bool = Field(
+        False,
+        description="Tokens that carry a charge (the negative anchor parts placed on tokens: a "
+        "broken call's tags, the parser's other issues, an unclosed think) get no positive "
+        "outcome credit: their share of the sequence advantage is clipped at 0 before the "
+        "charge is added, so text that breaks the format is never reinforced because its "
+        "episode was right (with sequence-level credit a run-on after the calls rose with the "
+        "answers it came with). Ours; needs parts on tokens (token_level_anchoring, or "
+        "reward.overrides.anchor_tool_calls / anchor_format_issues).",
+    )
     invalid_call_warn_rise: float = Field(
         0.1,
         gt=0,

@@ -45,8 +45,6 @@ from paravt.train.rl.run import (
     train_rl,
 )
 from paravt.train.rl.scoring import (
-    InvalidCallWatch,
-    NoSignalWatch,
     episode_metrics,
     global_group_advantages,
     score_rollouts,
@@ -54,6 +52,7 @@ from paravt.train.rl.scoring import (
     zero_groups_frac,
 )
 from paravt.train.rl.step_metrics import progress_bar, step_metrics
+from paravt.train.rl.watches import InvalidCallWatch, NoSignalWatch
 
 __all__ = [
     "EngineContext",

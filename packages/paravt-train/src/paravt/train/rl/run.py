@@ -68,13 +68,12 @@ from paravt.train.rl.rollouts import (
     rollout_tasks,
 )
 from paravt.train.rl.scoring import (
-    InvalidCallWatch,
-    NoSignalWatch,
     episode_metrics,
     score_rollouts,
     training_sequences,
 )
 from paravt.train.rl.step_metrics import StepTimes, progress_bar, step_metrics
+from paravt.train.rl.watches import InvalidCallWatch, NoSignalWatch
 from paravt.train.runs import Run, start_run
 from paravt.train.sft import load_examples
 
