@@ -5,7 +5,7 @@
   server (vLLM, SGLang), text in and text out.
 - `paravt.core.engines.sglang_server.SGLangServerEngine` (extra `sglang`): SGLang servers'
   native HTTP API (`sglang.launch_server`, or its router), token ids in, token ids and log-probs
-  out, weight pushes with a checked version; exercised on CPU against `paravt.core.stand_in`.
+  out, weight pushes with a checked version; exercised on CPU against `paravt.core.testing.stand_in`.
 - `paravt.core.engines.vllm_server.VLLMServerEngine` (extras `hf`, `openai`): vLLM servers for RL
   rollouts (our token ids, vLLM's sampled ids and log-probs; weights reloaded from disk with a
   checked version); checked against a real vLLM CPU server in `nox -s real_server`.

@@ -9,7 +9,7 @@ sampled ids and their log-probs come back.
 The SGLang API this relies on, for SGLang 0.5.6 to 0.5.23 (routes, fields, status codes and body
 types checked against SGLang's source, with line citations, by
 `packages/paravt-core/tests/test_sglang_contract.py`, which also holds this client and the
-stand-in server `paravt.core.stand_in` to them):
+stand-in server `paravt.core.testing.stand_in` to them):
 
 - `POST /generate` with `GenerateReqInput` fields `input_ids` (one list), `image_data` (a list of
   images: URLs, file paths or base64 data URLs), `sampling_params` (`max_new_tokens`,
@@ -48,7 +48,7 @@ unreachable a `ServerError` names its URL. A server that accepts generation requ
 none is reported: a warning every `stall_warn_s` while requests wait on it with nothing back, and a
 `ServerError` (the server declared dead) after `stall_dead_s`.
 
-Both weight paths are exercised on CPU against `paravt.core.stand_in` (our stand-in server; the
+Both weight paths are exercised on CPU against `paravt.core.testing.stand_in` (our stand-in server; the
 distributed one over gloo, with the stand-in joining the group the way `WeightUpdateGroup` forms
 it). No real SGLang server was run while writing this (none installs without a GPU): in particular
 that SGLang's `init_custom_process_group` rendezvous matches `WeightUpdateGroup` is unverified.
