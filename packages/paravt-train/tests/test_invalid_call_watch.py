@@ -124,9 +124,9 @@ def test_window_and_rise_are_settable_and_zero_never_warns(
 def test_the_watch_warns_on_rank_0_only(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import paravt.train.rl.scoring as scoring
+    import paravt.train.rl.watches as watches
 
-    monkeypatch.setattr(scoring, "is_rank0", lambda: False)
+    monkeypatch.setattr(watches, "is_rank0", lambda: False)
     fired, lines = _run(caplog, _hacking())
     assert fired == [8] and lines == []  # every rank decides alike; only rank 0 speaks
 
