@@ -70,6 +70,20 @@ def test_sequence_anchoring_charges_the_cut_call_on_its_own_tags(tmp_path: Path)
     assert body not in parts["tool_calls"].tokens
 
 
+def test_no_credit_without_charges_on_tokens_is_refused(tmp_path: Path) -> None:
+    """The switch would silently do nothing: the recipe says so and names the fix."""
+    from paravt.train.recipe import RecipeError
+
+    with pytest.raises((RecipeError, ValueError), match="anchor_format_issues=true"):
+        recipe(tmp_path, "advantage.no_credit_on_issues=true")
+    r = recipe(
+        tmp_path,
+        "advantage.no_credit_on_issues=true",
+        "reward.overrides.anchor_format_issues=true",
+    )
+    assert token_parts(r, r.reward.build()) == CALL_PARTS
+
+
 def test_without_the_switch_sequence_anchoring_places_nothing(tmp_path: Path) -> None:
     r = recipe(tmp_path)
     parsed = parse_response(CUT)

@@ -583,6 +583,19 @@ class RLRecipe(_RecipeBase):
             )
         return self
 
+    @model_validator(mode="after")
+    def _no_credit_needs_parts_on_tokens(self) -> RLRecipe:
+        if self.advantage.no_credit_on_issues and not self.advantage.token_level_anchoring:
+            reward = self.reward.build()
+            placed = reward.anchor_tool_calls or reward.anchor_format_issues
+            if not placed or reward.lambda_anchor == 0:
+                raise ValueError(
+                    "advantage.no_credit_on_issues=true would do nothing: no charge is placed on "
+                    "tokens. Set reward.overrides.anchor_format_issues=true (or anchor_tool_calls, "
+                    "or advantage.token_level_anchoring=true) with lambda_anchor > 0"
+                )
+        return self
+
 
 Recipe = Annotated[SFTRecipe | RLRecipe, Field(discriminator="stage")]
 
