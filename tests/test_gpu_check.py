@@ -35,7 +35,7 @@ def test_the_gpu_check_rehearses_every_row_on_the_cpu(tmp_path: Path) -> None:
     cmd += ["--size", "tiny", "--data", str(tmp_path / "data"), "--videos", "2"]
     cmd += ["--out", str(tmp_path / "out"), "--sft-steps", "2", "--rl-steps", "1"]
     cmd += ["--learning-sft-steps", "1", "--learning-rl-steps", "1", "--eval-prompts", "2"]
-    cmd += ["--learning-seeds", "2", "--throughput-steps", "1"]
+    cmd += ["--learning-seeds", "2", "--learning-jobs", "2", "--throughput-steps", "1"]
     cmd += ["--real-steps", "2", "--sft-override", "sft.num_workers=0"]
     for override in small:
         cmd += ["--override", override]
@@ -62,6 +62,7 @@ def test_the_gpu_check_rehearses_every_row_on_the_cpu(tmp_path: Path) -> None:
     assert "not a verdict" in learning["detail"]
     # two seeds, each its own cold start and RL run, reported one by one and pooled
     assert learning["data"]["seeds_run"] == [0, 1] and learning["data"]["stopped"] is None
+    assert learning["data"]["jobs"] == 2  # each seed in a process of its own, side by side
     runs = learning["data"]["runs"]
     assert [(r["seed"], r["strategy"]) for r in runs] == [(0, "fsdp2"), (1, "fsdp2")]
     for r in runs:
@@ -142,6 +143,7 @@ def test_the_learning_row_pools_its_seeds_and_stops_at_the_budget(
             learning_rl_steps=32,
             learning_strategy=strategy,
             learning_seeds=3,
+            learning_jobs=1,
             budget_s=budget,
         )
         ctx = SimpleNamespace(
@@ -169,6 +171,40 @@ def test_the_learning_row_pools_its_seeds_and_stops_at_the_budget(
     r = row("fsdp2", budget=10.0, spent=10.0 - 0.02)
     assert started == [(0, "fsdp2")] and r.data["seeds_run"] == [0]
     assert "seeds 1..2 not started" in r.detail and "1 of 3 seeds" in r.detail
+
+
+def test_learning_children_report_what_finished_failed_or_ran_past_the_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--learning-jobs`: each (seed, strategy) runs as a child process; a child that finishes is
+    read back, one that fails is named with the end of its log, one still running when the budget
+    is spent is killed and named, and a pair that could not start is named too. The children
+    here are stand-ins (a child's real command line is the rehearsal test's)."""
+    check = load_gpu_check()
+    done = json.dumps(fake_run(0, "fsdp2", 0.5))
+
+    def argv(ctx: Any, seed: int, strategy: str, out: Path) -> list[str]:
+        code = {
+            0: f"import pathlib; pathlib.Path({str(out)!r}, 'learning_run.json').write_text({done!r})",
+            1: "import sys; print('CUDA out of memory'); sys.exit(3)",
+            2: "import time; time.sleep(60)",
+        }.get(seed, "import time; time.sleep(60)")
+        return [sys.executable, "-c", code]
+
+    monkeypatch.setattr(check, "_child_argv", argv)
+    args = argparse.Namespace(learning_jobs=3, budget_s=6.0, argv=[])
+    ctx = SimpleNamespace(args=args, t0=time.monotonic(), out=tmp_path, work=tmp_path / "work")
+    t = time.monotonic()
+    runs, problems, _ = check.learning_in_children(
+        ctx, [(0, "fsdp2"), (1, "fsdp2"), (2, "fsdp2"), (3, "fsdp2")]
+    )
+    assert time.monotonic() - t < 30  # the sleeping child did not hold the row
+    assert [r["seed"] for r in runs] == [0]
+    assert json.loads((tmp_path / "learning_runs.json").read_text())[0]["seed"] == 0
+    assert "seed 1 fsdp2 failed (exit 3" in problems and "CUDA out of memory" in problems
+    assert "seed 2 fsdp2 killed when the budget was spent" in problems
+    # seed 3 waited for a free slot (the failed child's), then ran past the budget too
+    assert "seed 3 fsdp2 killed" in problems
 
 
 SWEEP_CONFIGS = [

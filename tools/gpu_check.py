@@ -98,6 +98,7 @@ import math
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 import traceback
@@ -1465,6 +1466,91 @@ def seed_line(r: dict[str, Any]) -> str:
     )
 
 
+def _child_argv(ctx: Ctx, seed: int, strategy: str, out: Path) -> list[str]:
+    """The command line of one learning child: this check's own arguments (the last `--out`
+    wins in argparse), run for one (seed, strategy) pair and nothing else."""
+    return [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        *ctx.args.argv,
+        "--learning-child",
+        f"{seed}:{strategy}",
+        "--out",
+        str(out),
+        "--work",
+        str(ctx.work),
+    ]
+
+
+def learning_in_children(
+    ctx: Ctx, pairs: Sequence[tuple[int, str]]
+) -> tuple[list[dict[str, Any]], str, float]:
+    """`--learning-jobs` > 1: every (seed, strategy) pair in a process of its own, J at a time.
+
+    A tiny model leaves a GPU idle most of the time (each step is a few hundred small kernels
+    launched from Python), so seeds side by side cost little more wall time than one; each child
+    gets an equal share of the CPU threads. A child that is still running when the check's
+    budget is spent is killed and named; a child that fails is named with the end of its log
+    (each child writes `<work>/learning/children/<seed>-<strategy>/log.txt`). Returns the runs
+    in the order of `pairs`, what did not finish, and the slowest child's seconds."""
+    a = ctx.args
+    jobs = min(a.learning_jobs, len(pairs))
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+    deadline = ctx.t0 + a.budget_s
+    waiting = list(pairs)
+    running: dict[tuple[int, str], tuple[Any, Path, float, Any]] = {}
+    done: dict[tuple[int, str], dict[str, Any]] = {}
+    problems: list[str] = []
+    slowest = 0.0
+    while waiting or running:
+        while waiting and len(running) < jobs and time.monotonic() < deadline:
+            seed, strategy = pair = waiting.pop(0)
+            out = ctx.work / "learning" / "children" / f"{seed}-{strategy}"
+            out.mkdir(parents=True, exist_ok=True)
+            log = (out / "log.txt").open("w")
+            proc = subprocess.Popen(
+                _child_argv(ctx, seed, strategy, out), stdout=log, stderr=subprocess.STDOUT, env=env
+            )
+            running[pair] = (proc, out, time.monotonic(), log)
+        if not running:
+            break
+        time.sleep(1.0)
+        for pair, (proc, out, started, log) in list(running.items()):
+            if proc.poll() is None and time.monotonic() < deadline:
+                continue
+            killed = proc.poll() is None
+            if killed:
+                proc.kill()
+                proc.wait()
+            log.close()
+            del running[pair]
+            result = out / "learning_run.json"
+            if killed:
+                problems.append(f"seed {pair[0]} {pair[1]} killed when the budget was spent")
+            elif proc.returncode == 0 and result.exists():
+                done[pair] = json.loads(result.read_text())
+                slowest = max(slowest, time.monotonic() - started)
+                print(f"  learning, {seed_line(done[pair])}", flush=True)
+                # kept as the children finish: a lease that ends mid-row still has them
+                ordered = [done[p] for p in pairs if p in done]
+                (ctx.out / "learning_runs.json").write_text(
+                    json.dumps(ordered, indent=1, default=str)
+                )
+            else:
+                tail = (out / "log.txt").read_text(errors="replace").strip().splitlines()[-3:]
+                problems.append(
+                    f"seed {pair[0]} {pair[1]} failed (exit {proc.returncode}, log {out}/log.txt): "
+                    + " | ".join(line.strip()[:200] for line in tail)
+                )
+    if waiting:
+        problems.append(
+            "not started, the budget spent: "
+            + ", ".join(f"seed {s} {st}" for s, st in waiting)
+        )
+    return [done[p] for p in pairs if p in done], "; ".join(problems), slowest
+
+
 def row_learning(ctx: Ctx) -> Row:
     """The learning check over `--learning-seeds` seeds (0..N-1), each under every strategy of
     `--learning-strategy`, each its own cold start + PARA-GRPO (`learning_run`: the seeds share
@@ -1480,7 +1566,11 @@ def row_learning(ctx: Ctx) -> Row:
     runs: list[dict[str, Any]] = []
     stopped = ""
     per_seed = math.nan
-    for seed in range(a.learning_seeds):
+    t_row = time.monotonic()
+    pairs = [(seed, strategy) for seed in range(a.learning_seeds) for strategy in strategies]
+    if a.learning_jobs > 1:
+        runs, stopped, per_seed = learning_in_children(ctx, pairs)
+    for seed in range(a.learning_seeds if a.learning_jobs == 1 else 0):
         left = a.budget_s - (time.monotonic() - ctx.t0)
         if seed > 0 and left < per_seed:
             stopped = (
@@ -1497,6 +1587,8 @@ def row_learning(ctx: Ctx) -> Row:
             free_memory(ctx.device)
         if seed == 0:
             per_seed = time.monotonic() - t
+    if not runs:
+        raise Fail(f"no seed finished: {stopped}")
     seeds = sorted({r["seed"] for r in runs})
     pooled: dict[str, Any] = {}
     for strategy in strategies:
@@ -1537,7 +1629,9 @@ def row_learning(ctx: Ctx) -> Row:
         "seeds_run": seeds,
         "stopped": stopped or None,
         "strategies": list(strategies),
+        "jobs": a.learning_jobs,
         "per_seed_s": per_seed,
+        "row_wall_s": time.monotonic() - t_row,
         "videos": "seed 0's for every seed (the frame store's); the seeds differ in training seed",
         "prompts": first["prompts"],
         "group_size": first["group_size"],
@@ -1546,7 +1640,9 @@ def row_learning(ctx: Ctx) -> Row:
     }
     detail = (
         f"{len(seeds)} of {a.learning_seeds} seeds ({stopped or 'all ran'}), "
-        f"{'/'.join(strategies)} on {ctx.device.type}, every seed on seed 0's videos (training "
+        f"{'/'.join(strategies)} on {ctx.device.type}"
+        f"{f', {a.learning_jobs} at a time in processes of their own' if a.learning_jobs > 1 else ''}"
+        f" ({time.monotonic() - t_row:.0f} s), every seed on seed 0's videos (training "
         f"seed only); SFT {first['sft_steps']} steps, PARA-GRPO {first['rl_steps']} steps, "
         f"held-out {first['prompts']} prompts x {first['group_size']}; "
         + "; ".join(seed_line(r) for r in runs)
@@ -1763,6 +1859,15 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: fsdp2)",
     )
     add(
+        "--learning-jobs",
+        type=int,
+        default=1,
+        help="learning runs (seed x strategy) at a time, each in a process of its own with an "
+        "equal share of the CPU threads; a tiny model leaves a GPU mostly idle, so 6 side by side "
+        "take little more wall time than one (default: 1, one after another in this process)",
+    )
+    add("--learning-child", default=None, help=argparse.SUPPRESS)  # SEED:STRATEGY, internal
+    add(
         "--eval-prompts",
         type=int,
         default=None,
@@ -1823,6 +1928,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.learning_seeds < 1:
         parser.error("--learning-seeds must be at least 1")
+    if args.learning_jobs < 1:
+        parser.error("--learning-jobs must be at least 1")
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(message)s",
@@ -1861,6 +1969,11 @@ def main(argv: list[str] | None = None) -> int:
     work = (args.work or out / "work").resolve()
     data_sets, store = make_task_data(data), FrameStore(data)
     ctx = Ctx(args, device, out, work, data, data_sets, store, data / "model", time.monotonic())
+    if args.learning_child:  # one seed of the learning row, in its own process
+        seed, strategy = args.learning_child.split(":")
+        run = learning_run(ctx, int(seed), strategy)
+        (out / "learning_run.json").write_text(json.dumps(run, indent=1, default=str))
+        return 0
     report = Report()
     head = f"# tools/gpu_check.py on {args.device} ({time.strftime('%Y-%m-%d %H:%M')})\n\n"
     for name in ROWS:
