@@ -205,6 +205,9 @@ def test_learning_children_report_what_finished_failed_or_ran_past_the_budget(
     assert "seed 2 fsdp2 killed when the budget was spent" in problems
     # seed 3 waited for a free slot (the failed child's), then ran past the budget too
     assert "seed 3 fsdp2 killed" in problems
+    # on one GPU side by side was measured slower than one after another: refused, with why
+    with pytest.raises(SystemExit):
+        check.main(["--device", "cuda", "--learning-jobs", "2"])
 
 
 SWEEP_CONFIGS = [

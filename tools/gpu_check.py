@@ -1487,9 +1487,9 @@ def learning_in_children(
 ) -> tuple[list[dict[str, Any]], str, float]:
     """`--learning-jobs` > 1: every (seed, strategy) pair in a process of its own, J at a time.
 
-    A tiny model leaves a GPU idle most of the time (each step is a few hundred small kernels
-    launched from Python), so seeds side by side cost little more wall time than one; each child
-    gets an equal share of the CPU threads. A child that is still running when the check's
+    For a CPU with many cores, where a tiny model's seed uses few of them well; each child gets
+    an equal share of the CPU threads. Not for one GPU: there seeds side by side were slower than
+    one after another (`main` refuses it; bench/results/gpu_check_h200_2.json). A child that is still running when the check's
     budget is spent is killed and named; a child that fails is named with the end of its log
     (each child writes `<work>/learning/children/<seed>-<strategy>/log.txt`). Returns the runs
     in the order of `pairs`, what did not finish, and the slowest child's seconds."""
@@ -1545,8 +1545,7 @@ def learning_in_children(
                 )
     if waiting:
         problems.append(
-            "not started, the budget spent: "
-            + ", ".join(f"seed {s} {st}" for s, st in waiting)
+            "not started, the budget spent: " + ", ".join(f"seed {s} {st}" for s, st in waiting)
         )
     return [done[p] for p in pairs if p in done], "; ".join(problems), slowest
 
@@ -1863,8 +1862,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="learning runs (seed x strategy) at a time, each in a process of its own with an "
-        "equal share of the CPU threads; a tiny model leaves a GPU mostly idle, so 6 side by side "
-        "take little more wall time than one (default: 1, one after another in this process)",
+        "equal share of the CPU threads: for a CPU with many cores (--device cpu). Refused on cuda: "
+        "on one H200 (no MPS) 2 seeds side by side had not finished after 240 s where one alone "
+        "takes 155 s (bench/results/gpu_check_h200_2.json) (default: 1, one after another in this "
+        "process)",
     )
     add("--learning-child", default=None, help=argparse.SUPPRESS)  # SEED:STRATEGY, internal
     add(
@@ -1930,6 +1931,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--learning-seeds must be at least 1")
     if args.learning_jobs < 1:
         parser.error("--learning-jobs must be at least 1")
+    if args.learning_jobs > 1 and args.device == "cuda" and not args.learning_child:
+        parser.error(
+            "--learning-jobs > 1 runs seeds side by side, which on one GPU is slower than one after "
+            "another (H200, no MPS: 2 side by side unfinished after 240 s, one alone 155 s; "
+            "bench/results/gpu_check_h200_2.json): leave it at 1 on cuda"
+        )
     args.argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
