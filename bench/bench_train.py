@@ -276,7 +276,7 @@ def main() -> None:
             "dropped. A step = generation + reward + forward/backward + optimiser step."
         ),
         "setup": {
-            "model": "tiny random Qwen3-VL (paravt.core.testing.tiny, seed 0, ~1 M parameters)",
+            "model": "tiny random Qwen3-VL (paravt.core.tiny, seed 0, ~1 M parameters)",
             "prompts_per_step": PROMPTS,
             "group_size": GROUP,
             "max_new_tokens": MAX_NEW_TOKENS,

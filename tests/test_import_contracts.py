@@ -59,7 +59,7 @@ def test_another_packages_private_module_is_refused_and_its_root_or_public_list_
 
 def test_a_module_belongs_to_the_longest_package_that_holds_it() -> None:
     packages = ["paravt.core", "paravt.core.testing"]
-    assert contracts.package_of("paravt.core.testing.tiny", packages) == "paravt.core.testing"
+    assert contracts.package_of("paravt.core.testing.scripted", packages) == "paravt.core.testing"
     assert contracts.package_of("paravt.core.runtime", packages) == "paravt.core"
     assert contracts.package_of("paravt.corex", packages) is None
 

@@ -616,7 +616,7 @@ class Shape:
 
 def qwen3vl_config(shape: dict[str, Any], base: Any) -> Any:
     """A `Qwen3VLConfig` of `shape` (QWEN3_VL_SHAPES) with the token ids of `base` (the tiny
-    model's config), as `paravt.core.testing.tiny` builds its own."""
+    model's config), as `paravt.core.tiny` builds its own."""
     from transformers import Qwen3VLConfig
 
     text = {

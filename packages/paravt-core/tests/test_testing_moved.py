@@ -1,4 +1,6 @@
-"""The test helpers' old module paths (before `paravt.core.testing`) still answer, with a warning."""
+"""Where the test helpers and the runtime's tiny pieces live (issue 46): the runtime never loads
+`paravt.core.testing`, the tiny model builder and the demo's toolbox are runtime modules that the
+test helpers re-export, and the stand-in's pre-0.2 paths (deprecated in 0.2.0) are gone."""
 
 from __future__ import annotations
 
@@ -8,40 +10,31 @@ import sys
 
 import pytest
 
-import paravt.core.testing.stand_in
-import paravt.core.testing.stand_in_model
-import paravt.core.testing.tiny
-
-
-@pytest.mark.parametrize(
-    ("old", "new", "name"),
-    [
-        ("paravt.core.tiny", paravt.core.testing.tiny, "cached_tiny_qwen3vl"),
-        ("paravt.core.stand_in", paravt.core.testing.stand_in, "FakeChatServer"),
-        ("paravt.core.stand_in_model", paravt.core.testing.stand_in_model, "FakeSGLang"),
-    ],
-)
-def test_an_old_path_warns_and_gives_the_moved_object(old: str, new: object, name: str) -> None:
-    sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=r"moved to paravt\.core\.testing"):
-        module = importlib.import_module(old)
-    assert getattr(module, name) is getattr(new, name)
-    with pytest.raises(AttributeError):
-        module.no_such_name  # noqa: B018
-
-
-def test_the_old_stand_in_command_still_serves_its_help() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "paravt.core.stand_in", "--help"], capture_output=True, text=True
-    )
-    assert result.returncode == 0 and "--model-path" in result.stdout
-    assert "DeprecationWarning" in result.stderr
+import paravt.core.testing
+import paravt.core.tiny
+import paravt.core.toy
 
 
 def test_the_runtime_does_not_load_the_test_helpers() -> None:
+    """What a smoke run, the demo and the trainers import: the tiny builder and the toy toolbox,
+    the engines and the runtime, and paravt.core.testing nowhere among them."""
     code = (
-        "import sys, paravt.core, paravt.core.engines, paravt.core.runtime; "
+        "import sys, paravt.core, paravt.core.engines, paravt.core.runtime, paravt.core.tiny, "
+        "paravt.core.toy, paravt.core.cli; "
         "sys.exit([m for m in sys.modules if m.startswith('paravt.core.testing')] or 0)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, result.stderr + result.stdout
+
+
+def test_the_test_helpers_re_export_the_runtime_pieces() -> None:
+    assert paravt.core.testing.cached_tiny_qwen3vl is paravt.core.tiny.cached_tiny_qwen3vl
+    assert paravt.core.testing.build_tiny_qwen3vl is paravt.core.tiny.build_tiny_qwen3vl
+    assert paravt.core.testing.StaticToolbox is paravt.core.toy.StaticToolbox
+
+
+@pytest.mark.parametrize("old", ["paravt.core.stand_in", "paravt.core.stand_in_model"])
+def test_the_stand_ins_old_paths_are_gone(old: str) -> None:
+    sys.modules.pop(old, None)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from paravt.core.testing.tiny import (
+from paravt.core.tiny import (
     CHAT_SPECIAL_TOKENS,
     MARKER_FILE,
     PROTOCOL_TAGS,

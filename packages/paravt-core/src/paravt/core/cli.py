@@ -18,7 +18,8 @@ from typing import Any
 from paravt.core.cli_style import add_debug, run_command, style
 from paravt.core.protocol import Frame, ImagePart, Message
 from paravt.core.runtime import Episode, Trajectory
-from paravt.core.testing import StaticToolbox, build_tiny_qwen3vl, cached_tiny_qwen3vl
+from paravt.core.tiny import build_tiny_qwen3vl, cached_tiny_qwen3vl
+from paravt.core.toy import StaticToolbox
 
 DEMO_QUESTION = "What colour is the square in the middle of the video?"
 DEMO_DURATION_S = 60.0

@@ -21,7 +21,7 @@ def _model_path(value: str) -> str:
     """`tiny` means the seeded tiny Qwen3-VL (built offline and cached the first time)."""
     if value == "tiny":
         # lazy: builds with transformers only when `tiny` is asked for
-        from paravt.core.testing import cached_tiny_qwen3vl
+        from paravt.core.tiny import cached_tiny_qwen3vl
 
         return str(cached_tiny_qwen3vl(seed=0))
     return value

@@ -54,7 +54,7 @@ class ModelSpec(_Strict):
     build_tiny: bool = Field(
         False,
         description="Build a tiny random Qwen3-VL at `path` when it does not exist yet "
-        "(paravt.core.testing.build_tiny_qwen3vl); for CPU tests and smoke runs.",
+        "(paravt.core.tiny.build_tiny_qwen3vl); for CPU tests and smoke runs.",
     )
     tiny_seed: int = Field(0, description="Seed of the tiny model's random weights.")
     dtype: Literal["auto", "float32", "bfloat16"] = Field(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from paravt.core.testing import build_tiny_qwen3vl
+from paravt.core.tiny import build_tiny_qwen3vl
 from paravt.eval.reproduce.config import ReproduceConfig
 from paravt.eval.reproduce.progress import log
 
