@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from paravt.core import CropVideoArgs, Frame, ImagePart, Message, Part, TextPart, render_frames
-from paravt.tools import CropConfig, SynthConfig, VideoReader, generate
+from paravt.tools import CropConfig, VideoReader
 from paravt.train.data import VIDEO_PLACEHOLDER
-from paravt.train.ranks import barrier, is_rank0
-from paravt.train.recipe import DataSpec, VideoSpec
+from paravt.train.recipe import VideoSpec
 
 log = logging.getLogger("paravt.train")
 
@@ -138,42 +137,3 @@ class FrameSource:
             else:
                 out.append(Message(m["role"], parts))
         return out
-
-
-def ensure_synth(data: DataSpec) -> None:
-    """Generate the recipe's synthetic task set with `paravt.tools.synth.generate` when its parquet
-    files are missing (only for recipes with a `data.synth` section)."""
-    if data.synth is None or all(Path(p).exists() for p in data.parquet):
-        return
-    if is_rank0():
-        s = data.synth
-        crops = {} if s.crop_max_frames is None else {"crop_max_frames": s.crop_max_frames}
-        config = SynthConfig(
-            duration_s=s.duration_s,
-            question_types=tuple(s.question_types),
-            sft_overview_frames=s.sft_overview_frames,
-            layout=s.layout,
-            fps=s.fps,
-            needle_s=s.needle_s,
-            prompt_mode=s.prompt_mode,
-            square_size=s.square_size,
-            crop_windows=s.crop_windows,
-            tool_fraction=s.tool_fraction,
-            **crops,
-        )
-        log.info("generating %d synthetic tasks in %s (paravt-tools synth)", s.n, s.out_dir)
-        result = generate(s.out_dir, n=s.n, config=config, seed=s.seed)
-        log.info(
-            "synth: %d videos, %d RL rows, %d SFT rows in %.1f s",
-            len(result.videos),
-            result.num_rl_rows,
-            result.num_sft_rows,
-            result.seconds,
-        )
-        missing = [p for p in data.parquet if not Path(p).exists()]
-        if missing:
-            raise FileNotFoundError(
-                f"paravt-tools synth wrote {sorted(p.name for p in Path(s.out_dir).iterdir())} "
-                f"but the recipe expects {missing}; fix data.parquet"
-            )
-    barrier()

@@ -36,7 +36,8 @@ from typing import Any
 import paravt.train.rl.learner as learner  # sabotaged(): where the update finds its loss
 from paravt.core import parse_response
 from paravt.core.engines import HFEngine
-from paravt.train.frames import FrameSource, ensure_synth
+from paravt.train.examples import ensure_synth
+from paravt.train.frames import FrameSource
 from paravt.train.modeling import load_model_and_processor, pick_device
 from paravt.train.recipe import DataSpec, RLRecipe, SFTRecipe, load_recipe
 from paravt.train.rl import (

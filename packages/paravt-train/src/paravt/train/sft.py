@@ -23,7 +23,8 @@ from paravt.core import Message
 from paravt.core.engines import HFChatEncoder, HFEngine
 from paravt.train.data import read_sft_rows
 from paravt.train.distributed import Backend, all_reduce_mean, all_reduce_sum
-from paravt.train.frames import FrameSource, ensure_synth
+from paravt.train.examples import load_examples
+from paravt.train.frames import FrameSource
 from paravt.train.metrics import RowOrder
 from paravt.train.modeling import (
     Sequence_,
@@ -32,7 +33,7 @@ from paravt.train.modeling import (
     filler_sequence,
     token_logprobs,
 )
-from paravt.train.recipe import DataSpec, SFTRecipe
+from paravt.train.recipe import SFTRecipe
 from paravt.train.runs import start_run
 
 log = logging.getLogger("paravt.train")
@@ -103,18 +104,6 @@ def example_messages_factory(recipe: SFTRecipe) -> Callable[[Any], list[Message]
 
     source = FrameSource(recipe.video)
     return source.messages_of
-
-
-def load_examples(
-    data: DataSpec, read: Callable[..., tuple[Sequence[Any], Any]], what: str
-) -> list[Any]:
-    """A recipe's rows through `read` (`paravt.train.data.read_sft_rows` / `read_rl_rows`),
-    generating its synthetic task set first when the recipe has one and it is missing; the read
-    report is logged as `<what> data: ...`. Both trainers load their data here."""
-    ensure_synth(data)
-    examples, report = read(data.parquet, root=data.root, max_rows=data.max_rows)
-    log.info("%s data: %s", what, report)
-    return list(examples)
 
 
 class EncodedRows(torch.utils.data.Dataset):  # type: ignore[type-arg, unused-ignore]

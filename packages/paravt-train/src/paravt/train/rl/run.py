@@ -47,6 +47,7 @@ from paravt.train.distributed import (
     shard_like_policy,
 )
 from paravt.train.episodes import EpisodeRecorder
+from paravt.train.examples import load_examples
 from paravt.train.frames import FrameSource
 from paravt.train.metrics import RowOrder
 from paravt.train.modeling import (
@@ -75,7 +76,6 @@ from paravt.train.rl.scoring import (
 from paravt.train.rl.step_metrics import StepTimes, progress_bar, step_metrics
 from paravt.train.rl.watches import InvalidCallWatch, NoSignalWatch
 from paravt.train.runs import Run, start_run
-from paravt.train.sft import load_examples
 
 log = logging.getLogger("paravt.train")
 
