@@ -6,7 +6,7 @@ Light by design: importing it needs only pydantic. Engines live in `paravt.core.
 
 from importlib.metadata import PackageNotFoundError, version
 
-from paravt.core.agent_config import Dispatch, Schedule, ToolResponseMode
+from paravt.core.agent_config import Dispatch, EpisodeSettings, Schedule, ToolResponseMode
 from paravt.core.agent_protocol import (
     ANSWER_KINDS,
     PAPER_PROTOCOL,
@@ -109,6 +109,7 @@ __all__ = [
     "Encoded",
     "Engine",
     "Episode",
+    "EpisodeSettings",
     "FinishReason",
     "Frame",
     "Generated",

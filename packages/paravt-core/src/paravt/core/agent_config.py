@@ -34,8 +34,11 @@ class SamplingParams(BaseModel):
     )
 
 
-class AgentConfig(BaseModel):
-    """The knobs of one agent run (reference values as defaults)."""
+class EpisodeSettings(BaseModel):
+    """How an episode runs and how far it may go: turns, calls per turn, token budgets, dispatch,
+    what a call returns, the think prefix and the schedule. Declared once, here: `AgentConfig`
+    extends it, and paravt-train's recipe section `rollout` does too (its values reach the
+    runtime as they are)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -66,13 +69,18 @@ class AgentConfig(BaseModel):
         "'frames': the frames return into the main context.",
     )
     think_prefix: bool = Field(True, description="Start every main response with '<think>\\n'.")
-    max_num_frames: int = Field(16, ge=1, description="Upper bound for a call's num_frames.")
-    tool_timeout_s: float = Field(120.0, gt=0, description="Time limit of one turn's tool calls.")
     schedule: Schedule = Field(
         "async",
         description="'async': every episode moves on its own (generate -> its calls -> its "
         "sub-agents -> next turn); 'lockstep': all episodes advance turn by turn together.",
     )
+
+
+class AgentConfig(EpisodeSettings):
+    """The knobs of one agent run (reference values as defaults)."""
+
+    max_num_frames: int = Field(16, ge=1, description="Upper bound for a call's num_frames.")
+    tool_timeout_s: float = Field(120.0, gt=0, description="Time limit of one turn's tool calls.")
     max_requests_in_flight: int = Field(
         256,
         ge=1,

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from paravt.core import EpisodeSettings
 from paravt.rewards import PresetName, RewardConfig
 from paravt.train.engine_registry import check_spec as check_engine_spec
 
@@ -361,7 +362,11 @@ class SGLangServerSpec(_Strict):
     )
 
 
-class RolloutSpec(_Strict):
+class RolloutSpec(_Strict, EpisodeSettings):
+    """Rollouts: the engine, the group, sampling, and (from paravt-core's `EpisodeSettings`,
+    declared there once) turns, calls per turn, token budgets, dispatch, tool response, think
+    prefix and schedule."""
+
     engine: str = Field(
         "hf",
         description="Which rollout engine generates, by its registered name (each engine judges "
@@ -372,11 +377,6 @@ class RolloutSpec(_Strict):
         "weight_dir and reloaded by the servers after every step (weight_sync disk, not "
         "colocated); or an engine registered with paravt.train.rl.register_engine before the "
         "recipe is loaded.",
-    )
-    schedule: Literal["async", "lockstep"] = Field(
-        "async",
-        description="'async': every episode moves on its own (generate -> calls -> sub-agents -> "
-        "next turn); 'lockstep': all episodes of a rank advance turn by turn together.",
     )
     max_staleness: int = Field(
         0,
@@ -402,29 +402,6 @@ class RolloutSpec(_Strict):
     )
     max_new_tokens: int = Field(2048, ge=1, description="Main-agent tokens per turn at most.")
     subagent_max_new_tokens: int = Field(256, ge=1, description="Sub-agent tokens at most.")
-    max_turns: int = Field(3, ge=1, description="Main-agent turns; the last is forced to answer.")
-    max_parallel: int = Field(5, ge=1, description="crop_video calls executed per turn at most.")
-    max_episode_tokens: int | None = Field(
-        None,
-        ge=1,
-        description="Main-context tokens after the prompt at most, tool responses included "
-        "(verl's multi-turn response_length): a call's response costs answer tokens, and an "
-        "episode whose tool responses do not fit ends without an answer. None: per-turn limit only.",
-    )
-    max_context_tokens: int | None = Field(
-        None,
-        ge=1,
-        description="Main-context tokens at most, overview prompt included (a server's context "
-        "length): a denser overview leaves less room for tool responses; otherwise as "
-        "max_episode_tokens. None: no limit.",
-    )
-    dispatch: Literal["parallel", "sequential"] = Field(
-        "parallel", description="All calls of a turn at once, or one call per turn (baseline)."
-    )
-    tool_response: Literal["subagent", "frames"] = Field(
-        "subagent", description="Sub-agent summaries or raw frames back into the main context."
-    )
-    think_prefix: bool = Field(True, description="Start every main response with '<think>\\n'.")
     prompt_mode: Literal["direct", "reasoning", "agentic_general", "agentic_minimal"] = Field(
         "agentic_general", description="System prompt of the main agent (paravt.core.prompts)."
     )

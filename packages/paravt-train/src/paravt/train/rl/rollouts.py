@@ -12,6 +12,7 @@ from paravt.core import (
     AgentConfig,
     AgentTask,
     Episode,
+    EpisodeSettings,
     Message,
     SamplingParams,
     TextPart,
@@ -27,14 +28,8 @@ log = logging.getLogger("paravt.train")
 def agent_config(recipe: RLRecipe, *, seed: int | None) -> AgentConfig:
     r = recipe.rollout
     return AgentConfig(
-        max_turns=r.max_turns,
-        max_parallel=r.max_parallel,
-        max_episode_tokens=r.max_episode_tokens,
-        max_context_tokens=r.max_context_tokens,
-        dispatch=r.dispatch,
-        tool_response=r.tool_response,
-        think_prefix=r.think_prefix,
-        schedule=r.schedule,
+        # the section's EpisodeSettings fields, as declared once in paravt-core
+        **r.model_dump(include=set(EpisodeSettings.model_fields)),
         max_num_frames=recipe.video.max_crop_frames,
         sampling=SamplingParams(
             max_new_tokens=r.max_new_tokens,
