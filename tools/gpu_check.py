@@ -133,7 +133,7 @@ from paravt.core.engines import HFChatEncoder
 from paravt.tools import CropConfig, VideoError, VideoInfo, VideoReader, probe
 from paravt.train import load_recipe, load_rl_examples, train_rl, train_sft
 from paravt.train.data import read_sft_rows
-from paravt.train.distributed import Backend, init_distributed, shard_like_policy
+from paravt.train.distributed import Backend, shard_like_policy
 from paravt.train.frames import FrameSource
 from paravt.train.miniature import (
     ACCURACY_MARGIN,
@@ -160,6 +160,7 @@ from paravt.train.modeling import (
     pick_dtype,
     token_logprobs,
 )
+from paravt.train.process_group import init_distributed
 from paravt.train.recipe import VideoSpec
 from paravt.train.rl import (
     update,

@@ -43,7 +43,7 @@ import torch.distributed as dist
 from conftest import tool_conversation
 from paravt.core.protocol import Message
 from paravt.train import rl
-from paravt.train.distributed import Backend, init_distributed
+from paravt.train.distributed import Backend
 from paravt.train.modeling import (
     Sequence_,
     collate,
@@ -52,6 +52,7 @@ from paravt.train.modeling import (
     pick_device,
     token_logprobs,
 )
+from paravt.train.process_group import init_distributed
 from paravt.train.recipe import load_recipe
 from paravt.train.sft import encode_conversation
 

@@ -89,7 +89,7 @@ AGGREGATIONS: dict[str, tuple[Callable[[torch.Tensor, torch.Tensor], torch.Tenso
 
 def step_normaliser(aggregation: str, masks: list[list[int]]) -> float:
     """What the summed micro-batch losses of one step are divided by (over `masks`; the trainer
-    sums it over ranks: `paravt.train.distributed.all_reduce_sum`)."""
+    sums it over ranks: `paravt.train.process_group.all_reduce_sum`)."""
     unit = AGGREGATIONS[aggregation][1]
     if unit == "tokens":
         return float(sum(sum(m) for m in masks)) or 1.0

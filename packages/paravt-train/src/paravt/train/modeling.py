@@ -19,7 +19,7 @@ import torch
 
 from paravt.core import Frame, Message, TextPart, render_frames
 from paravt.core.tiny import build_tiny_qwen3vl
-from paravt.train.distributed import all_reduce_max_int
+from paravt.train.process_group import all_reduce_max_int
 from paravt.train.ranks import barrier, is_rank0
 from paravt.train.recipe import ModelSpec
 

@@ -26,9 +26,10 @@ from paravt.train.checkpoint import (
     save_hf,
     truncate_metrics,
 )
-from paravt.train.distributed import Backend, init_distributed
+from paravt.train.distributed import Backend
 from paravt.train.metrics import MetricsLogger
 from paravt.train.modeling import load_model_and_processor, pick_device, pick_dtype
+from paravt.train.process_group import init_distributed
 from paravt.train.protocol import save_trained_protocol
 from paravt.train.ranks import barrier, is_rank0
 

@@ -22,7 +22,7 @@ import torch
 from paravt.core import Message
 from paravt.core.engines import HFChatEncoder, HFEngine
 from paravt.train.data import read_sft_rows
-from paravt.train.distributed import Backend, all_reduce_mean, all_reduce_sum
+from paravt.train.distributed import Backend
 from paravt.train.examples import load_examples
 from paravt.train.frames import FrameSource
 from paravt.train.metrics import RowOrder
@@ -33,6 +33,7 @@ from paravt.train.modeling import (
     filler_sequence,
     token_logprobs,
 )
+from paravt.train.process_group import all_reduce_mean, all_reduce_sum
 from paravt.train.recipe import SFTRecipe
 from paravt.train.runs import start_run
 

@@ -9,10 +9,7 @@ from typing import Any
 
 import torch
 
-from paravt.train.distributed import (
-    Backend,
-    all_reduce_sum,
-)
+from paravt.train.distributed import Backend
 from paravt.train.losses import kl_reward_to_go, ppo_loss, step_normaliser
 from paravt.train.modeling import (
     Sequence_,
@@ -20,6 +17,7 @@ from paravt.train.modeling import (
     collate,
     token_logprobs,
 )
+from paravt.train.process_group import all_reduce_sum
 from paravt.train.recipe import RLRecipe
 
 log = logging.getLogger("paravt.train")

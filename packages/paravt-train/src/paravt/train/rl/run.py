@@ -42,10 +42,7 @@ from paravt.train.checkpoint import (
     latest_checkpoint,
 )
 from paravt.train.data import read_rl_rows
-from paravt.train.distributed import (
-    Backend,
-    shard_like_policy,
-)
+from paravt.train.distributed import Backend, shard_like_policy
 from paravt.train.episodes import EpisodeRecorder
 from paravt.train.examples import load_examples
 from paravt.train.frames import FrameSource

@@ -20,12 +20,10 @@ from paravt.rewards import (
     group_advantages,
     score_episode,
 )
-from paravt.train.distributed import (
-    all_gather_floats,
-)
 from paravt.train.modeling import (
     Sequence_,
 )
+from paravt.train.process_group import all_gather_floats
 from paravt.train.recipe import RLRecipe
 from paravt.train.rl.rollouts import (
     Rollouts,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from paravt.train.distributed import all_reduce_mean
+from paravt.train.process_group import all_reduce_mean
 from paravt.train.recipe import RLRecipe
 from paravt.train.rl.rollouts import Rollouts
 from paravt.train.rl.scoring import episode_metrics, zero_groups_frac

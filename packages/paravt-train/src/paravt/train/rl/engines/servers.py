@@ -22,9 +22,9 @@ from typing import Any
 import torch
 
 from paravt.core.engines import SGLangServerEngine, VLLMServerEngine
-from paravt.train.distributed import all_reduce_sum
 from paravt.train.engine_checks import ServerChecks, SGLangChecks, VLLMChecks
 from paravt.train.modeling import Sequence_, collate, token_logprobs
+from paravt.train.process_group import all_reduce_sum
 from paravt.train.ranks import barrier, is_rank0
 from paravt.train.rl.engines.base import (
     WEIGHT_BUCKET_BYTES,
