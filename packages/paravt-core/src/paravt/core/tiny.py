@@ -1,4 +1,6 @@
 """A tiny, real Qwen3-VL built offline from a seed: for smoke runs, demos and tests.
+One file because the model, its tokenizer, chat template and processor are written together and
+must agree (vocabulary, special and image tokens, the template's tags).
 
 A runtime feature, not a test helper: `model.path: tiny` in a recipe, `paravt-eval ask --model
 tiny`, the reproduce cells and `paravt-core demo` build it (`paravt.core.testing` re-exports its

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from paravt.core import (
     ANSWER_KINDS,
@@ -30,14 +30,13 @@ from paravt.core import (
     Engine,
     Episode,
     Frame,
-    Toolbox,
     run_episodes,
 )
 from paravt.core.engines import HFEngine, OpenAIEngine
 from paravt.eval.config import EvalConfig
-from paravt.eval.paper_video import PaperVideoSource
+from paravt.eval.sources import VideoSource, default_source
 from paravt.eval.traces import SampleTrace, trace_from_episode
-from paravt.eval.video import ToolsVideoSource, local_path
+from paravt.eval.video import local_path
 
 
 @dataclass
@@ -97,18 +96,6 @@ class Prepared:
     prepare_s: float
     protocol: AgentProtocol  # the run's protocol as this sample's kind of question asks it
     agent_config: AgentConfig
-
-
-class VideoSource(Protocol):
-    """Where a sample's frames come from: its overview, and a crop_video toolbox over it."""
-
-    def overview(self, video: str, num_frames: int) -> tuple[float, list[Frame]]:
-        """(duration in seconds, `num_frames` frames spread over the whole video)."""
-        ...
-
-    def toolbox(self, video: str) -> Toolbox:
-        """The crop_video toolbox over this sample's own video."""
-        ...
 
 
 class EvalAgent:
@@ -368,21 +355,6 @@ class EvalAgent:
             if len(tasks) == 1:
                 return [_describe(exc)]
         return [r for task in tasks for r in self._run_tasks([task], protocol, config)]
-
-
-def default_source(config: EvalConfig, protocol: AgentProtocol) -> VideoSource:
-    """Frames as the protocol samples them: qwen-vl-utils 0.0.14 for the paper's, else
-    paravt-tools' reader and crop_video tool."""
-    if protocol.overview.sampling == "qwen_vl_utils_0.0.14":
-        return PaperVideoSource(protocol)
-
-    crop = protocol.crop  # the config's max_pixels / max_crop_frames are folded in already
-    return ToolsVideoSource(
-        max_pixels=crop.max_pixels,
-        max_crop_frames=crop.max_frames,
-        fps=crop.fps,
-        min_pixels=crop.min_pixels,
-    )
 
 
 def _kind(value: str) -> AnswerKind:

@@ -1,5 +1,8 @@
 """Sampled RL episodes on disk: what the agent saw, did and was paid, a few per step and budget K.
 
+One file because the schema written out below and the code that fills it are read side by side
+(a field added to one is added to the other); the file helpers are apart (`episode_files`).
+
 Layout, under `<output_dir>/episodes/` (rank 0 writes it; other ranks' episodes are not recorded,
 and nothing here is a collective):
 

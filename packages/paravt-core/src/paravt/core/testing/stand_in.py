@@ -1,7 +1,8 @@
 """The stand-in server for tests, benchmarks and CPU rehearsals: SGLang's native HTTP API and the
 OpenAI-compatible chat API on 127.0.0.1, from one routes table (`ROUTES`) and one HTTP machinery
 (`StandInServer`, a `ThreadingHTTPServer`: one thread per request, so concurrent requests overlap
-as on a continuously batching server). It is for tests, not for serving. Two modes:
+as on a continuously batching server). It is for tests, not for serving. One file because its two
+APIs share that machinery and one routes table. Two modes:
 
 - Scripted: `FakeChatServer(reply, latency_s=None, *, record=True, model="fake")` answers
   `POST /v1/chat/completions` with `reply(body) -> str` as the assistant text (or, returning a

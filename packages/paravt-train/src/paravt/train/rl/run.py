@@ -1,5 +1,6 @@
 """The RL recipe, top to bottom: `train_rl` is set-up (`set_up_rl`), the loop over steps
-(`rl_step`) and the finish.
+(`rl_step`) and the finish. One file because it is that one reading order; each stage it calls
+lives in its own module (rollouts, scoring, learner, policy, step_metrics, watches).
 
 One step (`rl_step`):
 1. take `batch_prompts` prompts (split over ranks; `StepPlan`);
