@@ -22,19 +22,9 @@ def ensure_synth(data: DataSpec) -> None:
         return
     if is_rank0():
         s = data.synth
-        crops = {} if s.crop_max_frames is None else {"crop_max_frames": s.crop_max_frames}
+        # the recipe's synth fields, as paravt-tools declares them (unset crop_max_frames: its default)
         config = SynthConfig(
-            duration_s=s.duration_s,
-            question_types=tuple(s.question_types),
-            sft_overview_frames=s.sft_overview_frames,
-            layout=s.layout,
-            fps=s.fps,
-            needle_s=s.needle_s,
-            prompt_mode=s.prompt_mode,
-            square_size=s.square_size,
-            crop_windows=s.crop_windows,
-            tool_fraction=s.tool_fraction,
-            **crops,
+            **s.model_dump(include=set(SynthConfig.model_fields), exclude_none=True)
         )
         log.info("generating %d synthetic tasks in %s (paravt-tools synth)", s.n, s.out_dir)
         result = generate(s.out_dir, n=s.n, config=config, seed=s.seed)
