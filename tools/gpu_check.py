@@ -38,7 +38,7 @@ SKIPped, so the whole check fits a lease of about 8 minutes on one GPU):
    recomputed ones (`token_logprobs` through the FSDP2 module), per trained token, one RL step at
    learning rate ~0 with the decoupled loss: max / mean / p99 |difference|, main and sub-agent
    tokens, and the share of tokens whose behaviour weight would pass the recipe's cap (5).
-6. **placement**: one SFT step and one RL update (`learner.update`, the 8B recipe's loss: decoupled,
+6. **placement**: one SFT step and one RL update (`learner.ppo_update`, the 8B recipe's loss: decoupled,
    k1 KL reward, a frozen reference) of the tiny shape under a dispatch-level audit: every op's
    tensors on the expected device (host-side batch assembly and transfers listed apart; a compute
    op off the device is a FAIL), matmul FLOPs per dtype (bf16 where the recipe says bf16),
@@ -163,7 +163,7 @@ from paravt.train.modeling import (
 from paravt.train.process_group import init_distributed
 from paravt.train.recipe import VideoSpec
 from paravt.train.rl import (
-    update,
+    ppo_update,
 )
 from paravt.train.sft import pack_micro_batches, sft_loss
 
@@ -728,7 +728,7 @@ def work_of(seqs: Sequence[Sequence_]) -> dict[str, int]:
 class Harness:
     """A Qwen3-VL of `shape` built in memory (fp32 master weights, FSDP2 world 1, the recipe's
     compute dtype, activation checkpointing) with a frozen reference, stepped by the trainer's
-    functions: `collate`, `sft_loss`, `Backend`, `learner.update`."""
+    functions: `collate`, `sft_loss`, `Backend`, `learner.ppo_update`."""
 
     def __init__(
         self,
@@ -854,10 +854,10 @@ class Harness:
         }
 
     def rl_step(self, seqs: list[Sequence_]) -> dict[str, float]:
-        """`learner.update` (log-prob pass, KL reward, decoupled PPO loss, one optimiser step)."""
+        """`learner.ppo_update` (log-prob pass, KL reward, decoupled PPO loss, one optimiser step)."""
         advantages = [list(s.advantages or []) for s in seqs]
         try:
-            return update(
+            return ppo_update(
                 self.backend,
                 self.ref,
                 seqs,
@@ -1228,7 +1228,7 @@ def row_placement(ctx: Ctx) -> Row:
     top = ", ".join(f"{k} x{v}" for k, v in audit.fallback.most_common(5)) or "none"
     flops = ", ".join(f"{k} {v / total:.1%}" for k, v in audit.flops.most_common())
     detail = (
-        f"SFT step + RL update (learner.update: decoupled, k1 KL reward, reference) of the tiny "
+        f"SFT step + RL update (learner.ppo_update: decoupled, k1 KL reward, reference) of the tiny "
         f"shape under a dispatch audit, expecting {ctx.device.type} / compute {compute}: "
         f"{audit.ops} ops; compute ops off {ctx.device.type}: {top}; host-side data movement "
         f"{sum(audit.host.values())}, transfers {sum(audit.transfers.values())}; matmul FLOPs "

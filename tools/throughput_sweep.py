@@ -4,7 +4,7 @@ and together, each configuration its own model, stepped through the trainer's ow
 A configuration is the real-size row of `tools/gpu_check.py` (`Harness`: a Qwen3-VL of the shape
 built in memory with random weights, fp32 master weights under FSDP2 world 1, the recipe's compute
 dtype, a frozen reference; an SFT step shaped like `sft_8b`, one packed micro-batch, and an RL
-`learner.update` shaped like `paragrpo_8b`) with these levers changed:
+`learner.ppo_update` shaped like `paragrpo_8b`) with these levers changed:
 
 - **tokens per micro-batch** (`tokens-x2`, `tokens-x4`): k times the SFT packing length (2k
   sequences in one packed micro-batch) and k times the RL micro-batch (`loss.micro_batch_size`,

@@ -1,4 +1,4 @@
-"""Run by test_guard_distributed_gradient.py: the gradient of one RL update (`paravt.train.rl.update`)
+"""Run by test_guard_distributed_gradient.py: the gradient of one RL update (`paravt.train.rl.ppo_update`)
 on 2 gloo ranks with unequal work, and the one-process gradient of the same global batch.
 
     torchrun --standalone --nproc_per_node 2 dist_grad_driver.py MODEL OUT   # FSDP2, 2 ranks
@@ -193,7 +193,7 @@ def main(model_path: str, out: Path, reference: bool) -> None:
         fresh = [
             Sequence_(s.token_ids, s.mask, s.media, s.old_logprobs, s.advantages) for s in mine
         ]
-        metrics = rl.update(
+        metrics = rl.ppo_update(
             backend,
             None,
             fresh,

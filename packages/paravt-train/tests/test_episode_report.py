@@ -12,7 +12,7 @@ import pytest
 
 from paravt.train.cli import main
 from paravt.train.episode_files import read_episodes
-from paravt.train.episode_report import summarize, write_html
+from paravt.train.episode_report import summarize, trend_text, write_html
 
 from .episode_fixture import record_run
 
@@ -40,6 +40,15 @@ def test_the_summary_shows_the_rising_invalid_share_and_the_parsers_reasons(run:
         assert 0 <= last[key] <= 2, key
     assert set(last["kappa_per_k"]) == {"2", "4"}
     assert summary["trend"]["warning"]
+    # the fixture's reward is the released one: episodes whose every call was invalid were paid
+    assert summary["trend"]["all_invalid_tool_reward"] > 0
+    assert "(the reward did not rise with it)" in trend_text(summary["trend"])
+    rose = {**summary["trend"], "reward_last": summary["trend"]["reward_first"] + 0.5}
+    assert "it is being paid for invalid calls" in trend_text(rose)
+    # the same rise where such episodes earned nothing (evidence credit): no claim of payment
+    unpaid = {**rose, "all_invalid_tool_reward": 0.0}
+    assert "earned no tool reward here" in trend_text(unpaid)
+    assert "paid for invalid calls" not in trend_text(unpaid)
 
 
 def test_the_command_prints_the_table_and_json_and_writes_the_viewer(

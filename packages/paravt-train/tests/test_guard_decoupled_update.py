@@ -1,4 +1,4 @@
-"""Guard: with `loss.decoupled=true` the trainer's real update path (`paravt.train.rl.update`:
+"""Guard: with `loss.decoupled=true` the trainer's real update path (`paravt.train.rl.ppo_update`:
 log-prob pass -> `ppo_loss`) uses the proximal log-probs, so the loss value depends on them.
 
 The rollout is made stale on purpose: behaviour log-probs `old = pi - 0.5` on trained tokens,
@@ -103,7 +103,7 @@ class _Case:
             Sequence_(s.token_ids, s.mask, s.media, list(s.old_logprobs or []), s.advantages)
             for s in self.seqs
         ]
-        metrics = rl.update(
+        metrics = rl.ppo_update(
             backend,
             None,
             seqs,

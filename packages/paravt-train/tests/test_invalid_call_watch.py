@@ -42,7 +42,7 @@ def _run(
     fired = []
     with caplog.at_level("WARNING", logger="paravt.train"):
         for step, row in enumerate(rows, start=1):
-            if watch.update(step, row):
+            if watch.observe(step, row):
                 fired.append(step)
     return fired, [r.getMessage() for r in caplog.records]
 
@@ -70,6 +70,20 @@ def test_warns_once_with_the_numbers_when_reward_and_the_invalid_share_rise(
     assert "invalid calls / episode 0.30 -> 1.10 of 3.00 -> 3.00 attempts" in line
     assert "format_ok 0.91 -> 0.67" in line
     assert "tool_credit='evidence', gamma>0" in line and "paragrpo preset" in line
+
+
+def test_under_evidence_credit_the_warning_does_not_say_invalid_calls_earn_the_reward(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from paravt.rewards import RewardConfig
+
+    watch = InvalidCallWatch(8, 0.1, RewardConfig.paragrpo())
+    with caplog.at_level("WARNING", logger="paravt.train"):
+        fired = [step for step, row in enumerate(_hacking(), start=1) if watch.observe(step, row)]
+    assert fired == [8]
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("steps 1-8: invalid calls rise with the reward, which pays them nothing")
+    assert "being earned" not in line
 
 
 def test_the_advice_fits_a_reward_that_already_charges_invalid_calls() -> None:

@@ -15,7 +15,7 @@ def warnings_of(
     caplog.clear()
     with caplog.at_level("WARNING", logger="paravt.train"):
         for step, (frac, accuracy) in enumerate(steps, start=1):
-            watch.update(step, frac, accuracy)
+            watch.observe(step, frac, accuracy)
     return [r.getMessage() for r in caplog.records]
 
 

@@ -117,14 +117,14 @@ def test_groups_with_equal_rewards_are_counted_and_a_run_of_such_steps_is_named(
     watch = NoSignalWatch(after=3)
     with caplog.at_level("WARNING", logger="paravt.train"):
         for step, frac in enumerate([1.0, 1.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0], start=1):
-            watch.update(step, frac)
+            watch.observe(step, frac)
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2  # after 3 steps in a row (4-6), again after 3 more (4-9)
     assert lines[0].startswith("steps 4-6: no learning signal")
     assert lines[1].startswith("steps 4-9: no learning signal")
     assert "untrained or random model" in lines[0] and "reward that cannot vary" in lines[0]
     assert watch.streak == 0
-    NoSignalWatch(after=0).update(1, 1.0)  # 0: never warns
+    NoSignalWatch(after=0).observe(1, 1.0)  # 0: never warns
     assert len(caplog.records) == 2
 
 

@@ -21,7 +21,7 @@ from paravt.train.checkpoint import latest_checkpoint
 from paravt.train.distributed import Backend
 from paravt.train.modeling import load_model_and_processor
 from paravt.train.recipe import load_recipe
-from paravt.train.rl import PolicyEngine, WeightSyncError, train_rl
+from paravt.train.rl import WeightPublisher, WeightSyncError, train_rl
 
 from .rl_helpers import examples
 
@@ -62,14 +62,14 @@ def server_recipe(model: Path, out: Path, url: str, *extra: str) -> Any:
     )
 
 
-def policy_engine(recipe: Any, model: Path) -> PolicyEngine:
+def weight_publisher(recipe: Any, model: Path) -> WeightPublisher:
     """The trainer's side of a one-process run (fp32 on CPU); pushes step-0 as it starts."""
     device = torch.device("cpu")
     net, processor = load_model_and_processor(recipe.model, device, path=model, dtype=torch.float32)
     backend = Backend(
         net, recipe.distributed, recipe.optim, recipe.max_steps, compute_dtype=torch.float32
     )
-    return PolicyEngine(recipe, backend, processor, model, device)
+    return WeightPublisher(recipe, backend, processor, model, device)
 
 
 def fail_loads(fake: Any, times: int | None, *, tag: bool = False) -> list[str]:
@@ -100,7 +100,7 @@ def test_a_push_the_server_does_not_take_is_retried_once_then_stops_the_run(
         caplog.at_level(logging.WARNING, logger="paravt.train"),
         pytest.raises(WeightSyncError) as info,
     ):
-        policy_engine(recipe, tiny_model_path)
+        weight_publisher(recipe, tiny_model_path)
     message = str(info.value)
     assert url in message and "'default'" in message and "'step-0'" in message
     assert asked == ["step-0", "step-0"]  # pushed once more, then stopped
@@ -114,11 +114,11 @@ def test_a_push_that_fails_once_is_repaired_by_the_second(
     asked = fail_loads(server.fake, 1)
     recipe = server_recipe(tiny_model_path, tmp_path / "run", url)
     with caplog.at_level(logging.WARNING, logger="paravt.train"):
-        policy = policy_engine(recipe, tiny_model_path)
+        publisher = weight_publisher(recipe, tiny_model_path)
         with torch.no_grad():
-            for p in policy.backend.model.parameters():
+            for p in publisher.backend.model.parameters():
                 p.add_(torch.randn_like(p) * 0.05)
-        metrics = policy.sync()
+        metrics = publisher.sync()
     assert asked == ["step-0", "step-0", "step-1"]
     assert server.fake.weight_version == "step-1"
     assert metrics["sync/logprob_max_abs_diff"] < 1e-3  # the server holds the trainer's weights
@@ -131,13 +131,13 @@ def test_a_server_that_reports_the_version_but_holds_other_weights_stops_the_run
 ) -> None:
     url = url_of(server)
     recipe = server_recipe(tiny_model_path, tmp_path / "run", url)
-    policy = policy_engine(recipe, tiny_model_path)  # step-0 loads for real
+    publisher = weight_publisher(recipe, tiny_model_path)  # step-0 loads for real
     asked = fail_loads(server.fake, None, tag=True)
     with torch.no_grad():  # what an optimiser step would do
-        for p in policy.backend.model.parameters():
+        for p in publisher.backend.model.parameters():
             p.add_(torch.randn_like(p) * 0.05)
     with pytest.raises(WeightSyncError, match=rf"{url} serves weight version 'step-1' as expected"):
-        policy.sync()
+        publisher.sync()
     assert asked == ["step-1", "step-1"]
 
 

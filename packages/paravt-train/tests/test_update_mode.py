@@ -12,7 +12,7 @@ import torch
 from paravt.train.distributed import Backend
 from paravt.train.modeling import load_model_and_processor, pick_device
 from paravt.train.recipe import load_recipe
-from paravt.train.rl import update
+from paravt.train.rl import ppo_update
 from paravt.train.sft import encode_conversation
 
 from .conftest import tool_conversation
@@ -51,7 +51,7 @@ def test_update_trains_in_train_mode_with_checkpointing_and_records_proximal_log
     hook = layer.register_forward_pre_hook(
         lambda m, a: seen.append((m.training, torch.is_grad_enabled()))
     )
-    metrics = update(
+    metrics = ppo_update(
         backend,
         None,
         seqs,

@@ -90,11 +90,22 @@ def summarize(episodes: Iterable[dict[str, Any]]) -> dict[str, Any]:
     top = Counter(
         reason_text(c) for e in eps for c in _calls(e) if c.get("status") == "invalid"
     ).most_common(TOP_REASONS)
+    # what the reward paid episodes whose every call attempt was invalid (no tool response):
+    # the released tool credit pays them R_tool, the evidence credit nothing
+    all_invalid = [
+        e for e in eps if _calls(e) and all(c.get("status") == "invalid" for c in _calls(e))
+    ]
     return {
         "episodes": len(eps),
         "steps": steps,
         "top_invalid_reasons": [{"reason": r, "count": n} for r, n in top],
-        "trend": trend(steps),
+        "trend": {
+            **trend(steps),
+            "all_invalid_episodes": len(all_invalid),
+            "all_invalid_tool_reward": _mean(
+                [_num(e.get("reward", {}).get("tool")) for e in all_invalid]
+            ),
+        },
     }
 
 
@@ -133,11 +144,19 @@ def trend_text(t: dict[str, Any]) -> str:
         f"{t['format_ok_last']:.2f} (first half of the steps -> last half)"
     )
     if t["warning"]:
-        paid = (
-            "while the reward rose: it is being earned by invalid calls"
-            if t["reward_last"] > t["reward_first"]
-            else "(the reward did not rise with it)"
-        )
+        paid_tool = t.get("all_invalid_tool_reward", math.nan)
+        if t["reward_last"] <= t["reward_first"]:
+            paid = "(the reward did not rise with it)"
+        elif isinstance(paid_tool, float) and paid_tool > 0:
+            paid = (
+                "while the reward rose: episodes whose every call was invalid still earned the "
+                f"tool reward ({paid_tool:.2f} on average): it is being paid for invalid calls"
+            )
+        else:
+            paid = (
+                "while the reward rose (episodes whose every call was invalid earned no tool "
+                "reward here: the rise came from elsewhere; look at those episodes)"
+            )
         text = f"INVALID CALLS RISING {paid}. " + text
     return text
 

@@ -11,7 +11,7 @@
   build, before_update, load_weights, verify, metrics, close), registered by the recipe's
   `rollout.engine` name (`register_engine`): in-process HF, an HF replica, SGLang and vLLM
   servers;
-- `policy`: `PolicyEngine`, the run's rollout engine and how it follows the policy's weights
+- `policy`: `WeightPublisher`, the run's rollout engine and how it follows the policy's weights
   (versions, buckets, the check of a push and its one repeat; `WeightSyncError`);
 - `run`: the recipe top to bottom (`train_rl`: `set_up_rl` -> the loop of `rl_step` (rollout ->
   score -> update -> sync -> `step_metrics`) -> checkpoints -> final), `evaluate` on held-out
@@ -29,8 +29,8 @@ from paravt.train.rl.engines import (
     engine_names,
     register_engine,
 )
-from paravt.train.rl.learner import add_kl_reward, logprob_pass, update
-from paravt.train.rl.policy import PolicyEngine, WeightSyncError
+from paravt.train.rl.learner import add_kl_reward, logprob_pass, ppo_update
+from paravt.train.rl.policy import WeightPublisher, WeightSyncError
 from paravt.train.rl.rollouts import PreparedStep, Rollouts, agent_config, prompt_messages, rollout
 from paravt.train.rl.run import (
     RLSetup,
@@ -58,13 +58,13 @@ __all__ = [
     "EngineContext",
     "InvalidCallWatch",
     "NoSignalWatch",
-    "PolicyEngine",
     "PreparedStep",
     "RLSetup",
     "RolloutEngine",
     "Rollouts",
     "StepPlan",
     "WeightCheck",
+    "WeightPublisher",
     "WeightSyncError",
     "add_kl_reward",
     "agent_config",
@@ -76,6 +76,7 @@ __all__ = [
     "global_group_advantages",
     "load_rl_examples",
     "logprob_pass",
+    "ppo_update",
     "progress_bar",
     "prompt_messages",
     "register_engine",
@@ -87,6 +88,5 @@ __all__ = [
     "step_metrics",
     "train_rl",
     "training_sequences",
-    "update",
     "zero_groups_frac",
 ]

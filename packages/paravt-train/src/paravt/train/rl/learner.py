@@ -85,7 +85,7 @@ def add_kl_reward(seqs: list[Sequence_], kl_coef: float) -> None:
         s.advantages = [a + k for a, k in zip(s.advantages, kl)]
 
 
-def update(
+def ppo_update(
     backend: Backend,
     ref_model: Any,
     seqs: list[Sequence_],

@@ -1,5 +1,7 @@
-"""The policy engine: the rollout engine a run names (`paravt.train.rl.engines`) and how it
-follows the policy's weights (versions, pushes, the check of a push and its one repeat)."""
+"""The weight publisher: the rollout engine a run names (`paravt.train.rl.engines`) and how it
+follows the policy's weights (versions, pushes, the check of a push and its one repeat). Not an
+engine itself: "engine" is what generates (`paravt.core.Engine`) or the rollout engine that owns
+one (`RolloutEngine`)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ class WeightSyncError(RuntimeError):
     (the message names the server, the expected and the served weight version)."""
 
 
-class PolicyEngine:
+class WeightPublisher:
     """The rollout engine of a run (`rollout.engine`, built through the registry of
     `paravt.train.rl.engines`) and how it follows the policy's weights.
 
@@ -49,8 +51,7 @@ class PolicyEngine:
         self.backend = backend
         self.step = step
         ctx = EngineContext(recipe, backend, processor, Path(model_path), device)
-        self.rollout = build_engine(ctx)
-        self.engine = self.rollout.engine
+        self.rollout_engine = build_engine(ctx)
         self._follow()  # the engine starts from the policy (also after a resume)
 
     def sync(self) -> dict[str, float]:
@@ -61,35 +62,35 @@ class PolicyEngine:
 
     def before_update(self) -> None:
         """Before an optimiser step (e.g. colocated servers give their GPU memory to it)."""
-        self.rollout.before_update()
+        self.rollout_engine.before_update()
 
     def metrics(self) -> dict[str, float]:
         """The engine's metrics for this step's row."""
-        return self.rollout.metrics()
+        return self.rollout_engine.metrics()
 
     def close(self) -> None:
-        self.rollout.close()
+        self.rollout_engine.close()
 
     def _follow(self) -> dict[str, float]:
         """Push the weights as version `step-<step>`; check them when the engine can, and push
         once more on a problem."""
-        if not self.rollout.receives_weights:
+        if not self.rollout_engine.receives_weights:
             return {}
         t0 = time.perf_counter()
         version = f"step-{self.step}"
         self._push(version)
         metrics = {"sync/push_s": time.perf_counter() - t0}
-        check = self.rollout.verify(version)
+        check = self.rollout_engine.verify(version)
         if check is None:
             return metrics
         if check.problem:
             log.warning("weight sync: %s; pushing %s again", check.problem, version)
             self._push(version)
-            check = self.rollout.verify(version)
+            check = self.rollout_engine.verify(version)
             if check is not None and check.problem:
                 raise WeightSyncError(
                     f"weight sync failed twice: {check.problem}. The run stops rather than train "
-                    f"on rollouts of other weights: {self.rollout.sync_hint}"
+                    f"on rollouts of other weights: {self.rollout_engine.sync_hint}"
                 )
         if check is not None:
             metrics["sync/logprob_max_abs_diff"] = check.max_abs_diff
@@ -97,6 +98,6 @@ class PolicyEngine:
 
     def _push(self, version: str) -> None:
         buckets = self.backend.iter_full_state(
-            bucket_bytes=self.WEIGHT_BUCKET_BYTES, device=self.rollout.bucket_device
+            bucket_bytes=self.WEIGHT_BUCKET_BYTES, device=self.rollout_engine.bucket_device
         )
-        self.rollout.load_weights(buckets, version)
+        self.rollout_engine.load_weights(buckets, version)

@@ -13,7 +13,7 @@ One step (`rl_step`):
 5. PPO clipped loss against the rollout log-probs + k3 KL to a frozen reference, over the main
    trajectories and (with `include_subagents_in_loss`) the sub-agent trajectories, which carry
    their episode's advantage;
-6. the rollout engine follows the new weights (`PolicyEngine.sync`);
+6. the rollout engine follows the new weights (`WeightPublisher.sync`);
 7. the metrics row (`step_metrics`), the watches (`NoSignalWatch`, `InvalidCallWatch`), progress
    bar, checkpoint every N steps; rank 0 records a sample of the step's episodes
    (`paravt.train.episodes`, `<output_dir>/episodes/`).
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from paravt.core import (
+    Engine,
     Episode,
     run_episodes,
 )
@@ -57,8 +58,8 @@ from paravt.train.modeling import (
 )
 from paravt.train.producer import RolloutProducer
 from paravt.train.recipe import RLRecipe
-from paravt.train.rl.learner import update
-from paravt.train.rl.policy import PolicyEngine
+from paravt.train.rl.learner import ppo_update
+from paravt.train.rl.policy import WeightPublisher
 from paravt.train.rl.rollouts import (
     PreparedStep,
     Rollouts,
@@ -158,10 +159,11 @@ class RLSetup:
 
     recipe: RLRecipe
     run: Run
-    policy: PolicyEngine
-    engine: Any  # what the agent runtime generates with: the policy's engine, maybe wrapped
-    ref_model: Any
-    frames: Any
+    publisher: WeightPublisher  # the run's rollout engine, kept on the policy's weights
+    generator: Engine  # what the agent runtime generates with: the rollout engine's, maybe wrapped
+    encoder: Engine  # what tokenises the episodes for training: the rollout engine's own
+    ref_model: Any  # the frozen KL reference, sharded like the policy (None: no KL term)
+    frames: FrameSource
     gate: NFramesGate
     reward_config: RewardConfig
     plan: StepPlan
@@ -174,7 +176,7 @@ class RLSetup:
     def close(self) -> None:
         if self.producer is not None:
             self.producer.close()
-        self.policy.close()
+        self.publisher.close()
 
 
 def reference_model(recipe: RLRecipe, run: Run, init_path: Any) -> Any:
@@ -234,7 +236,7 @@ def set_up_rl(
     init_path = ensure_model(recipe.model)  # the reference and the servers start from it
     ref_model = reference_model(recipe, run, init_path)
     run.resume()  # after the reference: the restored generators are the run's own
-    policy = PolicyEngine(
+    publisher = WeightPublisher(
         recipe,
         run.backend,
         run.processor,
@@ -242,7 +244,8 @@ def set_up_rl(
         run.device,
         step=run.start,
     )
-    engine = policy.engine if wrap_engine is None else wrap_engine(policy.engine)
+    encoder = publisher.rollout_engine.engine
+    generator = encoder if wrap_engine is None else wrap_engine(encoder)
     frames = FrameSource(recipe.video) if frames is None else frames
     rows = list(examples) if examples is not None else load_rl_examples(recipe)
     gate = build_gate(recipe)
@@ -250,19 +253,20 @@ def set_up_rl(
     plan = StepPlan(rows, recipe, run.rank, run.world, run.data_state)
     producer = None
     if recipe.rollout.max_staleness:
-        producer = rollout_producer(recipe, plan, engine, frames, gate, run.start)
+        producer = rollout_producer(recipe, plan, generator, frames, gate, run.start)
     return RLSetup(
         recipe=recipe,
         run=run,
-        policy=policy,
-        engine=engine,
+        publisher=publisher,
+        generator=generator,
+        encoder=encoder,
         ref_model=ref_model,
         frames=frames,
         gate=gate,
         reward_config=reward_config,
         plan=plan,
         producer=producer,
-        filler=filler_sequence(policy.engine) if run.world > 1 else None,
+        filler=filler_sequence(encoder) if run.world > 1 else None,
         no_signal=NoSignalWatch(recipe.advantage.zero_signal_warn_steps),
         invalid_calls=InvalidCallWatch(
             recipe.advantage.invalid_call_warn_window,
@@ -308,10 +312,10 @@ def train_rl(
     step = run.start
     try:
         for step in range(run.start + 1, recipe.max_steps + 1):
-            metrics, ro = rl_step(rl, step)
+            metrics, rollouts = rl_step(rl, step)
             run.logger.log(step, metrics, bar=progress_bar(metrics))
             if on_step is not None:
-                on_step(step, run.backend, metrics, ro)
+                on_step(step, run.backend, metrics, rollouts)
             run.checkpoint(step, rl.plan.data_state_after(step))
     except Exception as exc:
         if run.rank == 0:
@@ -326,37 +330,44 @@ def rl_step(rl: RLSetup, step: int) -> tuple[dict[str, float], Rollouts]:
     """One step: rollouts (generated now, or taken from the producer) -> rewards, advantages and
     training sequences -> the update -> the rollout engine follows the new weights -> the
     step's metrics, averaged over ranks. Collective: every rank runs it."""
-    recipe, run, policy = rl.recipe, rl.run, rl.policy
-    t0 = time.perf_counter()
-    ro, epoch, async_metrics = step_rollouts(rl, step)
-    t1 = time.perf_counter()
-    score_rollouts(ro, rl.reward_config, recipe)
-    seqs = training_sequences(ro, recipe, policy.engine, rl.reward_config)
-    t2 = time.perf_counter()
-    policy.before_update()
-    learned = update(
+    recipe, run, publisher = rl.recipe, rl.run, rl.publisher
+    started = time.perf_counter()
+    rollouts, epoch, producer_metrics = step_rollouts(rl, step)
+    rolled_out = time.perf_counter()
+    score_rollouts(rollouts, rl.reward_config, recipe)
+    sequences = training_sequences(rollouts, recipe, rl.encoder, rl.reward_config)
+    scored = time.perf_counter()
+    publisher.before_update()
+    update_metrics = ppo_update(
         run.backend,
         rl.ref_model,
-        seqs,
+        sequences,
         recipe,
-        pad_id=policy.engine.pad_token_id,
-        image_id=policy.engine.image_token_id,
+        pad_id=rl.encoder.pad_token_id,
+        image_id=rl.encoder.image_token_id,
         device=run.device,
         filler=rl.filler,
     )
-    synced = policy.sync()
+    sync_metrics = publisher.sync()
     if rl.producer is not None:
-        rl.producer.set_version(policy.step)  # later steps may start on these weights
-    times = StepTimes(t0, t1, t2, time.perf_counter())
-    metrics = step_metrics(ro, recipe, learned, synced, policy.metrics(), times, async_metrics)
-    rl.no_signal.update(step, metrics["advantage/zero_groups_frac"], metrics["accuracy"])
-    rl.invalid_calls.update(step, metrics)
+        rl.producer.set_version(publisher.step)  # later steps may start on these weights
+    metrics = step_metrics(
+        rollouts,
+        recipe,
+        update_metrics=update_metrics,
+        sync_metrics=sync_metrics,
+        engine_metrics=publisher.metrics(),
+        times=StepTimes(started, rolled_out, scored, time.perf_counter()),
+        producer_metrics=producer_metrics,
+    )
+    rl.no_signal.observe(step, metrics["advantage/zero_groups_frac"], metrics["accuracy"])
+    rl.invalid_calls.observe(step, metrics)
     t_rec = time.perf_counter()
     if rl.episodes is not None:  # rank 0 only, no collective
-        staleness = int(async_metrics.get("rollout/staleness", 0))
+        staleness = int(producer_metrics.get("rollout/staleness", 0))
         records = rl.episodes.record(
             step,
-            ro,
+            rollouts,
             weight_version=step - 1 - staleness,
             tool_response=recipe.rollout.tool_response,
         )
@@ -364,7 +375,7 @@ def rl_step(rl: RLSetup, step: int) -> tuple[dict[str, float], Rollouts]:
     metrics["time/episodes_s"] = time.perf_counter() - t_rec
     metrics["lr"] = run.backend.lr
     metrics["epoch"] = epoch
-    return metrics, ro
+    return metrics, rollouts
 
 
 def step_rollouts(rl: RLSetup, step: int) -> tuple[Rollouts, int, dict[str, float]]:
@@ -372,13 +383,13 @@ def step_rollouts(rl: RLSetup, step: int) -> tuple[Rollouts, int, dict[str, floa
     generation time."""
     if rl.producer is None:
         epoch, batch_examples, seed = rl.plan(step)
-        ro = rollout(
-            batch_examples, rl.engine, rl.frames, rl.gate, rl.recipe, epoch=epoch, seed=seed
+        rollouts = rollout(
+            batch_examples, rl.generator, rl.frames, rl.gate, rl.recipe, epoch=epoch, seed=seed
         )
-        return ro, epoch, {}
+        return rollouts, epoch, {}
     got = rl.producer.take(step)
-    ro = Rollouts(got.result, got.prepared.per_episode, got.prepared.budgets)
-    return ro, got.prepared.epoch, {
+    rollouts = Rollouts(got.result, got.prepared.per_episode, got.prepared.budgets)
+    return rollouts, got.prepared.epoch, {
         "rollout/staleness": float(got.staleness),
         "time/rollout_generate_s": got.ended_at - got.started_at,
     }  # fmt: skip
@@ -400,6 +411,8 @@ def evaluate(
     engine = HFEngine(model, processor)
     if frames is None:
         frames = FrameSource(recipe.video)
-    ro = rollout(list(examples), engine, frames, build_gate(recipe), recipe, epoch=0, seed=seed)
-    score_rollouts(ro, build_reward_config(recipe), recipe)
-    return episode_metrics(ro)
+    rollouts = rollout(
+        list(examples), engine, frames, build_gate(recipe), recipe, epoch=0, seed=seed
+    )
+    score_rollouts(rollouts, build_reward_config(recipe), recipe)
+    return episode_metrics(rollouts)

@@ -35,36 +35,35 @@ class StepTimes(NamedTuple):
 
 
 def step_metrics(
-    ro: Rollouts,
+    rollouts: Rollouts,
     recipe: RLRecipe,
-    learned: dict[str, float],
-    synced: dict[str, float],
-    engine: dict[str, float],
+    *,
+    update_metrics: dict[str, float],
+    sync_metrics: dict[str, float],
+    engine_metrics: dict[str, float],
     times: StepTimes,
-    extra: dict[str, float],
+    producer_metrics: dict[str, float],
 ) -> dict[str, float]:
     """The step's metrics row, averaged over ranks (collective: the same keys on every rank):
     the episodes' (`episode_metrics`), the share of groups without signal, the update's and the
-    weight sync's, the phases' times, generated tokens and their throughput, `extra` (the
-    producer's) and the rollout engine's."""
-    metrics = episode_metrics(ro)
+    weight sync's, the phases' times, generated tokens and their throughput, the producer's
+    (asynchronous runs) and the rollout engine's."""
+    metrics = episode_metrics(rollouts)
     metrics["advantage/zero_groups_frac"] = zero_groups_frac(
-        [r.total for r in ro.rewards], recipe.rollout.group_size
+        [r.total for r in rollouts.rewards], recipe.rollout.group_size
     )
-    metrics.update(learned)
-    metrics.update(synced)
-    generated = sum(s.num_generated for ep in ro.episodes for s in [ep.main, *ep.subagents])
+    metrics |= update_metrics
+    metrics |= sync_metrics
+    generated = sum(s.num_generated for ep in rollouts.episodes for s in [ep.main, *ep.subagents])
     total = times.updated - times.start
-    metrics.update(
-        {
-            "time/rollout_s": times.rolled_out - times.start,
-            "time/reward_s": times.scored - times.rolled_out,
-            "time/update_s": times.updated - times.scored,
-            "time/step_s": total,
-            "tokens/generated": float(generated),
-            "throughput/generated_tokens_per_s": generated / max(total, 1e-9),
-            **extra,
-        }
-    )
-    metrics.update(engine)
+    metrics |= {
+        "time/rollout_s": times.rolled_out - times.start,
+        "time/reward_s": times.scored - times.rolled_out,
+        "time/update_s": times.updated - times.scored,
+        "time/step_s": total,
+        "tokens/generated": float(generated),
+        "throughput/generated_tokens_per_s": generated / max(total, 1e-9),
+        **producer_metrics,
+    }
+    metrics |= engine_metrics
     return all_reduce_mean(metrics)

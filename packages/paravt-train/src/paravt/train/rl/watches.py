@@ -28,7 +28,7 @@ class NoSignalWatch:
             False  # over the streak, as far as the accuracy says
         )
 
-    def update(self, step: int, zero_groups_frac: float, accuracy: float | None = None) -> None:
+    def observe(self, step: int, zero_groups_frac: float, accuracy: float | None = None) -> None:
         self.streak = self.streak + 1 if zero_groups_frac >= 1.0 - 1e-9 else 0
         right = accuracy is not None and accuracy >= 1.0 - 1e-9
         wrong = accuracy is not None and accuracy <= 1e-9
@@ -98,8 +98,16 @@ class InvalidCallWatch:
         self.rows: deque[tuple[int, float, float, float, float]] = deque(maxlen=max(window, 2))
         self.fired = False
         self.hint = invalid_call_hint(reward)
+        # a reward that pays a call with a tool name (the released one; None: unknown, read as
+        # that) is earned by them; under evidence credit they earn nothing and the rise is other
+        pays = reward is None or reward.tool_credit == "parseable"
+        self.lead = (
+            "reward is being earned by invalid calls"
+            if pays
+            else "invalid calls rise with the reward, which pays them nothing"
+        )
 
-    def update(self, step: int, metrics: Mapping[str, float]) -> bool:
+    def observe(self, step: int, metrics: Mapping[str, float]) -> bool:
         """Add `step`'s metrics; True when this step fired the warning (at most once a run)."""
         values = [
             float(metrics.get(k, math.nan))
@@ -123,12 +131,13 @@ class InvalidCallWatch:
         self.fired = True
         if is_rank0():
             log.warning(
-                "steps %d-%d: reward is being earned by invalid calls: reward/total %.3f -> %.3f "
+                "steps %d-%d: %s: reward/total %.3f -> %.3f "
                 "while the invalid share of tool calls rose %.2f -> %.2f (invalid calls / "
                 "episode %.2f -> %.2f of %.2f -> %.2f attempts), format_ok %.2f -> %.2f (means "
                 "of the first and last %d steps). %s (Warned once per run.)",
                 rows[0][0],
                 rows[-1][0],
+                self.lead,
                 before["reward"],
                 after["reward"],
                 before["share"],

@@ -2,7 +2,7 @@
 
 `RolloutEngine` (`base.py`) is what every engine does: build from the recipe, free memory before
 an update, take the policy's weights as buckets with a version, verify them, report its metrics,
-close. `paravt.train.rl.policy.PolicyEngine` drives the one a run names; `Backend` only hands
+close. `paravt.train.rl.policy.WeightPublisher` drives the one a run names; `Backend` only hands
 out the weight buckets. The built-in engines, registered here (the one place):
 
 - `hf` (`hf.py`): `HFRollouts`, which builds `InProcessHF`, the policy module itself (one

@@ -46,7 +46,7 @@ class WeightCheck:
 
 class RolloutEngine(EngineChecks, ABC):
     """One kind of rollout engine: what the agent runtime generates with during RL, and how it
-    follows the policy's weights. Every rank holds one; `paravt.train.rl.policy.PolicyEngine`
+    follows the policy's weights. Every rank holds one; `paravt.train.rl.policy.WeightPublisher`
     drives it, in this order:
 
     1. `build(ctx)`, once (the class method a registration names);
