@@ -73,6 +73,37 @@ def test_ask_json_describes_a_synthetic_video_episode(tiny_model, synth_dir, cap
     assert trace["turns"][0]["num_tokens"] >= 1
 
 
+@pytest.mark.slow
+def test_ask_trace_writes_the_episode_that_the_viewer_shows(
+    tiny_model, synth_dir, tmp_path, capsys
+):
+    """`ask --trace DIR` appends the episode in the RL runs' schema (no reward: no ground truth),
+    thumbnails beside it; a second ask appends a second record; the episodes command of
+    paravt-train (installed beside in the workspace) summarises the folder and writes its page."""
+    video = sorted(synth_dir.rglob("*.mp4"))[0]
+    out = tmp_path / "asked"
+    for question in ("What colour is the shape?", "When does the shape appear?"):
+        assert main(["ask", "--model", str(tiny_model), "--video", str(video), "--trace", str(out),
+                     "--json", question, *FAST]) == 0  # fmt: skip
+    assert f"episode written to {out}" in capsys.readouterr().err
+    records = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
+    assert [r["index"] for r in records] == [0, 1]
+    first = records[0]
+    assert first["schema_version"] == 1 and first["step"] == 0
+    assert first["question"] == "What colour is the shape?" and first["ground_truth"] is None
+    assert first["reward"] is None and first["advantage"] is None
+    assert first["k"] == 4 and len(first["overview"]["frames"]) == 4
+    assert all((out / f["image"]).is_file() for f in first["overview"]["frames"])
+    assert 1 <= len(first["turns"]) <= 3 and isinstance(first["format_ok"], bool)
+    for call in (c for t in first["turns"] for c in t["calls"]):
+        assert call["status"] in ("ok", "invalid", "not_executed", "tool_error")
+    episodes = pytest.importorskip("paravt.train.cli", reason="paravt-train shows the folder")
+    assert episodes.main(["episodes", str(out), "--html", str(out / "view.html")]) == 0
+    page = (out / "view.html").read_text()
+    data = page.split('id="episode-data">', 1)[1].split("</script>", 1)[0]
+    assert '"reward": null' in data and "What colour is the shape?" in data
+
+
 def test_ask_on_a_missing_video_reports_the_error_and_fails(tiny_model, tmp_path, capsys):
     code = main(
         [

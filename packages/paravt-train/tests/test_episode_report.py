@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from paravt.core.episode_files import read_episodes
 from paravt.train.cli import main
-from paravt.train.episode_files import read_episodes
 from paravt.train.episode_report import summarize, trend_text, write_html
 
 from .episode_fixture import record_run

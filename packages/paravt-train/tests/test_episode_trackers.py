@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from paravt.train.episode_files import read_episodes
+from paravt.core.episode_files import read_episodes
 from paravt.train.episode_trackers import (
     EPISODE_COLUMNS,
     TURN_CHARS,

@@ -11,14 +11,9 @@ import pytest
 
 from paravt.core import parse_response
 from paravt.core.episode import CallRecord
-from paravt.train.episode_files import read_episodes, truncate_episodes
-from paravt.train.episodes import (
-    SCHEMA_VERSION,
-    EpisodeRecorder,
-    call_status,
-    sample_indices,
-    thumbnail_jpeg,
-)
+from paravt.core.episode_files import read_episodes, truncate_episodes
+from paravt.core.episode_records import SCHEMA_VERSION, call_status, thumbnail_jpeg
+from paravt.train.episodes import EpisodeRecorder, sample_indices
 from paravt.train.rl import train_rl
 
 from .rl_helpers import EveryOtherScripted, examples

@@ -137,6 +137,17 @@ def cmd_ask(args: argparse.Namespace) -> int:
         answer_kind=args.kind or ("mcq" if args.option else "open"),
     )
     trace = agent.run([sample])[0]
+    if args.trace is not None and trace.episode is not None:
+        from paravt.eval.episode_out import write_episode
+
+        _, agent_config = agent.protocol_for(sample.answer_kind)
+        write_episode(args.trace, trace, sample, tool_response=agent_config.tool_response)
+        print(
+            f"episode written to {args.trace} (view: paravt-train episodes {args.trace} --html)",
+            file=sys.stderr,
+        )
+    elif args.trace is not None:
+        print(f"no episode written to {args.trace}: the sample did not run", file=sys.stderr)
     if args.json:
         out = {"protocol": line, **trace.to_json()}
         print(json.dumps(out, indent=2, ensure_ascii=False, default=str))
@@ -229,6 +240,14 @@ def build_parser() -> argparse.ArgumentParser:
         "and how the answer is read (grounding: the question is the event's caption)",
     )
     ask.add_argument("--json", action="store_true", help="print the trace as JSON")
+    ask.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also append the episode to the episodes folder DIR (episodes.jsonl + thumbnails, "
+        "the schema RL runs record); `paravt-train episodes DIR --html` shows it in a browser",
+    )
     _add_protocol_args(ask)
     ask.set_defaults(func=cmd_ask)
 

@@ -150,7 +150,7 @@ def _train(args: argparse.Namespace, stage: str) -> int:
 
 def _episodes(args: argparse.Namespace) -> int:
     # lazy: loaded when this subcommand runs (`--help` stays fast)
-    from paravt.train.episode_files import read_episodes
+    from paravt.core.episode_files import read_episodes
     from paravt.train.episode_report import (
         print_summary,
         summarize,
@@ -171,8 +171,8 @@ def _episodes(args: argparse.Namespace) -> int:
 
 def _input_errors() -> tuple[type[BaseException], ...]:
     # lazy: pyarrow, loaded only when an error comes (`--help` and doctor stay fast)
+    from paravt.core.episode_files import EpisodesNotFound
     from paravt.train.data import ParaVTDataError
-    from paravt.train.episode_files import EpisodesNotFound
 
     return (RecipeError, ParaVTDataError, EpisodesNotFound)
 

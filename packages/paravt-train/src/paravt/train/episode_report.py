@@ -2,8 +2,8 @@
 the terminal (rich; `--json` for machines) and a static HTML viewer (Jinja2; opens from the file
 system, no server).
 
-Per step, over the step's recorded episodes (`paravt.train.episodes`): call attempts, invalid
-calls (with the parser's reasons), tool responses, crops per turn, answer rate, accuracy, f_tau
+Per step, over the step's recorded episodes (`paravt.core.episode_records`: an RL run's, or
+`paravt-eval ask --trace`'s at step 0): call attempts, invalid calls (with the parser's reasons), tool responses, crops per turn, answer rate, accuracy, f_tau
 (the format reward), format ok, the leaked tool prior, the reward, and kappa per overview budget
 K. The invalid share of call attempts is compared between the first and the last half of the
 steps, the run's hole at a glance: a rising share while the reward rises is a reward earned by
@@ -21,7 +21,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from paravt.train.episode_files import episodes_dir, read_episodes
+from paravt.core.episode_files import episodes_dir, read_episodes
 
 PAGE_SIZE = 50
 TOP_REASONS = 8
@@ -50,7 +50,7 @@ def reason_text(call: dict[str, Any]) -> str:
 
 def step_summary(step: int, eps: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The summary row of one step's recorded episodes."""
-    rewards = [e.get("reward", {}) for e in eps]
+    rewards = [e.get("reward") or {} for e in eps]
     attempts = sum(_num(r.get("call_attempts")) for r in rewards)
     invalid = sum(_num(r.get("invalid_calls")) for r in rewards)
     turns = [t for e in eps for t in e.get("turns", [])]
@@ -103,7 +103,7 @@ def summarize(episodes: Iterable[dict[str, Any]]) -> dict[str, Any]:
             **trend(steps),
             "all_invalid_episodes": len(all_invalid),
             "all_invalid_tool_reward": _mean(
-                [_num(e.get("reward", {}).get("tool")) for e in all_invalid]
+                [_num((e.get("reward") or {}).get("tool")) for e in all_invalid]
             ),
         },
     }

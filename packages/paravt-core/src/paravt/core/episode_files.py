@@ -1,5 +1,6 @@
 """The episode folder on disk: its file names, atomic writes, its size, the cut a resume makes, and
-reading its records back (`paravt.train.episodes` writes them; the schema is documented there)."""
+reading its records back (`paravt.core.episode_records` documents the schema; RL runs and
+`paravt-eval ask --trace` write it)."""
 
 from __future__ import annotations
 
