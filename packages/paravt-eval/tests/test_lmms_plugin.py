@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from paravt.core.episode_files import read_episodes
 from paravt.eval.metrics import mcq_score, record_trace, tool_scores
 from paravt.eval.synth_tasks import TASK_NAMES, process_grounding, process_mcq, write_synth_tasks
 from paravt.eval.traces import SampleTrace, read_traces
@@ -170,3 +171,11 @@ def test_tool_calls_of_an_episode_reach_the_lmms_eval_metrics(tiny_model, task_d
     windows = [c["window_s"] for c in traces[0]["turns"][0]["calls"]]
     assert all(w is not None and w[0] < w[1] for w in windows)
     assert all(c["summary"] is not None for c in traces[0]["turns"][0]["calls"])
+    # the first samples of the task are also episodes on disk (default 8 a task: both here)
+    records = list(read_episodes(tmp_path / "t_episodes"))
+    assert [(r["question_type"], r["reward"]) for r in records] == [("mcq", None)] * 2
+    calls = [c for c in records[0]["turns"][0]["calls"]]
+    assert [c["status"] for c in calls] == ["ok", "ok"] and all(c["subagent"] for c in calls)
+    assert all(
+        (tmp_path / "t_episodes" / f["image"]).is_file() for f in calls[0]["subagent"]["frames"]
+    )

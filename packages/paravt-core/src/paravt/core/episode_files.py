@@ -70,7 +70,8 @@ def read_episodes(path: Path) -> Iterator[dict[str, Any]]:
     if not path.is_file():
         raise EpisodesNotFound(
             f"no {path}: RL runs write <output_dir>/episodes/{EPISODES_FILE} "
-            "when logging.episodes_per_k > 0"
+            "when logging.episodes_per_k > 0; paravt-eval writes one with `ask --trace DIR` and "
+            "beside the plugin's traces (model arg episodes=N)"
         )
     with path.open() as f:
         for line in f:

@@ -156,6 +156,14 @@ class EvalConfig(BaseModel):
         description="Where per-sample traces go (a .jsonl file or a directory). Default: beside "
         "lmms-eval's results when --output_path is given, else ./paravt_traces/.",
     )
+    episodes: int = Field(
+        8,
+        ge=0,
+        description="The lmms-eval plugin: the first this many samples of each task that ran are "
+        "also written as episodes (thumbnails, every turn and call; the schema RL runs record, "
+        "paravt.core.episode_records) to a folder beside the traces, <traces stem>_episodes/; "
+        "`paravt-train episodes DIR --html` shows them. 0: none.",
+    )
 
     @model_validator(mode="after")
     def _one_model_source(self) -> EvalConfig:

@@ -167,6 +167,9 @@ class ParaVT(lmms):
         self.agent = EvalAgent(self.config)
         self.trace_path = default_trace_path(self.config)
         self.writer = TraceWriter(self.trace_path, protocol=self.protocol_line)
+        # a bounded sample of episodes per task, in the RL runs' schema (the viewer reads it)
+        self.episodes_dir = self.trace_path.with_name(self.trace_path.stem + "_episodes")
+        self.episodes_written: dict[str, int] = {}
         self.batch_size = self.config.batch_size
         self.device = self.config.device
         logger.info(f"paravt: traces go to {self.trace_path}")
@@ -208,6 +211,7 @@ class ParaVT(lmms):
 
         def done(i: int, trace: SampleTrace) -> None:
             n = where[i]
+            self._record_episode(samples[i], trace)
             answers[n] = self._finish(docs[n], trace)
             pbar.update(1)
 
@@ -216,6 +220,30 @@ class ParaVT(lmms):
         for line in self.writer.error_lines():
             logger.warning(f"paravt: {line}")
         return answers
+
+    def _record_episode(self, sample: VideoQuestion, trace: SampleTrace) -> None:
+        """The first `episodes` samples of each task that ran, as episodes on disk. A failure to
+        write one is a warning and ends the recording; the evaluation goes on."""
+        written = self.episodes_written.get(trace.task, 0)
+        if trace.episode is None or written >= self.config.episodes or self.rank != 0:
+            return
+        from paravt.eval.episode_out import write_episode
+
+        _, agent_config = self.agent.protocol_for(sample.answer_kind)
+        try:
+            write_episode(
+                self.episodes_dir, trace, sample, tool_response=agent_config.tool_response
+            )
+        except Exception as exc:  # recording must never cost the evaluation
+            logger.warning(f"paravt: episodes not recorded from here on ({exc})")
+            self.config = self.config.model_copy(update={"episodes": 0})
+            return
+        self.episodes_written[trace.task] = written + 1
+        if written == 0:
+            logger.info(
+                f"paravt: episodes of {trace.task} go to {self.episodes_dir} (view: paravt-train "
+                f"episodes {self.episodes_dir} --html)"
+            )
 
     def _finish(self, doc: dict[str, Any], trace: SampleTrace) -> str:
         trace.episode = None  # token ids and media are not kept for a whole benchmark
