@@ -126,6 +126,10 @@ class EvalAgent:
         self.agent_config = self.protocol.agent_config(dispatch=config.dispatch)
         self._by_kind: dict[str, tuple[AgentProtocol, AgentConfig]] = {}
 
+    def config_for(self, sample: VideoQuestion) -> AgentConfig:
+        """The agent config `sample` runs under (its kind of question picks the protocol)."""
+        return self.protocol_for(_kind(sample.answer_kind))[1]
+
     def protocol_for(self, kind: AnswerKind) -> tuple[AgentProtocol, AgentConfig]:
         """The protocol a question of `kind` is asked under (grounding questions may use their own
         prompt mode) and its runtime configuration."""

@@ -140,8 +140,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if args.trace is not None and trace.episode is not None:
         from paravt.eval.episode_out import write_episode
 
-        _, agent_config = agent.protocol_for(sample.answer_kind)
-        write_episode(args.trace, trace, sample, tool_response=agent_config.tool_response)
+        tool_response = agent.config_for(sample).tool_response
+        write_episode(args.trace, trace, sample, tool_response=tool_response)
         print(
             f"episode written to {args.trace} (view: paravt-train episodes {args.trace} --html)",
             file=sys.stderr,

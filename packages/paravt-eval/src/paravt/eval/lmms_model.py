@@ -229,11 +229,9 @@ class ParaVT(lmms):
             return
         from paravt.eval.episode_out import write_episode
 
-        _, agent_config = self.agent.protocol_for(sample.answer_kind)
+        tool_response = self.agent.config_for(sample).tool_response
         try:
-            write_episode(
-                self.episodes_dir, trace, sample, tool_response=agent_config.tool_response
-            )
+            write_episode(self.episodes_dir, trace, sample, tool_response=tool_response)
         except Exception as exc:  # recording must never cost the evaluation
             logger.warning(f"paravt: episodes not recorded from here on ({exc})")
             self.config = self.config.model_copy(update={"episodes": 0})

@@ -161,7 +161,8 @@ class RLSetup:
     run: Run
     publisher: WeightPublisher  # the run's rollout engine, kept on the policy's weights
     generator: Engine  # what the agent runtime generates with: the rollout engine's, maybe wrapped
-    encoder: Engine  # what tokenises the episodes for training: the rollout engine's own
+    encoder: Any  # what tokenises the episodes for training (the rollout engine's own Engine,
+    # with the processor's pad and image token ids)
     ref_model: Any  # the frozen KL reference, sharded like the policy (None: no KL term)
     frames: FrameSource
     gate: NFramesGate
