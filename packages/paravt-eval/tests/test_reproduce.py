@@ -50,6 +50,12 @@ def test_quick_reproduce_writes_table2_chart_and_results_and_reuses_every_finish
     assert set(para["accuracy"]) == {f"K={k}" for k in config.eval_budgets}
     assert data["sequential"]["accuracy"]["K=2"][0] is not None
     assert all(len(data["rows"][m]["f_tau"]) == 2 for m in ("base", "sft", "grpo"))
+    # an accuracy cell's first held-out samples are also episodes, which the viewer reads
+    from paravt.core.episode_files import read_episodes
+    from paravt.eval.reproduce.cells import EPISODES_PER_CELL, episodes_dir
+
+    shown = list(read_episodes(episodes_dir(config.out, 0, "para_grpo", "acc_k8")))
+    assert 1 <= len(shown) <= EPISODES_PER_CELL and all(e["ground_truth"] for e in shown)
 
     # a second invocation trains and evaluates nothing: every run and cell is reused
     import paravt.eval.agent as agent

@@ -2,7 +2,8 @@
 (`paravt.core.episode_records`), so `paravt-train episodes DIR --html` shows it in a browser: the
 overview, each crop window and sub-agent report with thumbnails, every turn with the parser's
 verdict on its calls. An asked question has no ground truth: the record's `reward` and `advantage`
-are null and its `step` is 0; each ask appends one line (`index` counts them)."""
+are null and its `step` is 0; each ask appends one line (`index` counts them). The lmms-eval
+plugin and `reproduce`'s accuracy cells write their first samples the same way."""
 
 from __future__ import annotations
 
@@ -17,10 +18,18 @@ from paravt.core.episode_records import episode_record, thumbnail_jpeg
 from paravt.rewards import episode_structure
 
 
-def write_episode(root: Path, trace: Any, sample: Any, *, tool_response: str) -> dict[str, Any]:
+def write_episode(
+    root: Path,
+    trace: Any,
+    sample: Any,
+    *,
+    tool_response: str,
+    ground_truth: str | None = None,
+) -> dict[str, Any]:
     """Append `trace`'s episode (a `SampleTrace` that ran) to the episodes folder `root`, its
-    thumbnails under `images/ask/`; returns the record. A trace without an episode (the sample
-    could not run) is a `ValueError` naming why."""
+    thumbnails under `images/ask/`; returns the record (`ground_truth`: the document's answer,
+    when known). A trace without an episode (the sample could not run) is a `ValueError` naming
+    why."""
     episode = trace.episode
     if episode is None:
         raise ValueError(f"no episode to write: the sample did not run ({trace.error})")
@@ -38,7 +47,7 @@ def write_episode(root: Path, trace: Any, sample: Any, *, tool_response: str) ->
     question = SimpleNamespace(
         question=sample.question,
         question_type=sample.answer_kind,
-        answer=None,  # an asked question has no ground truth
+        answer=ground_truth,  # an asked question has none
         extra_info={"options": sample.options},
     )
     record = episode_record(

@@ -19,6 +19,7 @@ A finished cell is never re-run.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +35,7 @@ from paravt.eval.synth_tasks import synth_documents
 from paravt.rewards import episode_structure
 
 SETTLED_STEPS = 5  # an RL row's f_tau / kappa: the mean of its last steps
+EPISODES_PER_CELL = 4  # an accuracy cell's first held-out samples, also written as episodes
 CURVE_KEYS = (
     "f_tau",
     "kappa",
@@ -128,6 +130,7 @@ def accuracy_cell(
             for i, d in enumerate(docs)
         ]
         traces = agent.run(samples)
+        record_episodes(episodes_dir(config.out, seed, model, name), agent, traces, samples, docs)
         scores = [
             0.0 if t.error else open_ended_score(t.response, d["answer"])
             for t, d in zip(traces, docs)
@@ -153,6 +156,27 @@ def accuracy_cell(
         }
 
     return cached(cell_path(config.out, seed, model, name), compute)
+
+
+def episodes_dir(out: Path, seed: int, model: str, name: str) -> Path:
+    """Where an accuracy cell's first samples go as episodes (beside the cell's JSON)."""
+    return cell_path(out, seed, model, name).with_suffix("").with_name(f"{model}__{name}_episodes")
+
+
+def record_episodes(
+    root: Path, agent: Any, traces: list[Any], samples: list[Any], docs: list[dict[str, Any]]
+) -> None:
+    """The first `EPISODES_PER_CELL` samples that ran, as episodes (`paravt-train episodes ROOT
+    --html` shows them), the folder written afresh with the cell."""
+    from paravt.eval.episode_out import write_episode
+
+    shutil.rmtree(root, ignore_errors=True)
+    ran = [(t, s, d) for t, s, d in zip(traces, samples, docs) if t.episode is not None]
+    for trace, sample, doc in ran[:EPISODES_PER_CELL]:
+        tool_response = agent.config_for(sample).tool_response
+        write_episode(
+            root, trace, sample, tool_response=tool_response, ground_truth=str(doc["answer"])
+        )
 
 
 def trace_structure(trace: Any) -> Any:
