@@ -2,10 +2,10 @@
 
 - `rollouts`: the agent configuration of a run, the main prompt, one step's episodes
   (`rollout`, `rollout_tasks`, `Rollouts`);
-- `scoring`: rewards per episode, group advantages over all ranks, steps without a learning signal
-  (`NoSignalWatch`), reward earned by invalid tool calls (`InvalidCallWatch`), the training
-  sequences and episode metrics;
-- `learner`: micro-batches, the log-prob pass (proximal, reference), the KL reward, `update`
+- `scoring`: rewards per episode, group advantages over all ranks, the training sequences and
+  episode metrics; `watches`: steps without a learning signal (`NoSignalWatch`), invalid tool
+  calls rising with the reward (`InvalidCallWatch`); `step_metrics`: the step's metrics row;
+- `learner`: micro-batches, the log-prob pass (proximal, reference), the KL reward, `ppo_update`
   (the loss and one optimiser step);
 - `engines`: the rollout engines, one class per kind behind one interface (`RolloutEngine`:
   build, before_update, load_weights, verify, metrics, close), registered by the recipe's
