@@ -6,23 +6,18 @@ write it through `paravt.train.episodes.EpisodeRecorder` (a sample per step and 
 cap, resumable); `paravt-eval ask --trace DIR` writes its one episode (`step` 0, no reward, no
 advantage); `paravt-train episodes DIR` summarises and views either.
 
-Layout, under an episodes folder (an RL run's `<output_dir>/episodes/`, rank 0's only):
+Layout of an episodes folder (an RL run's `<output_dir>/episodes/`, an `ask --trace DIR`):
 
-- `episodes.jsonl`: one JSON object per recorded episode (schema below), appended as whole lines,
-  one write per step, flushed and fsynced;
-- `images/step_NNNNNN/*.jpg`: downscaled JPEG thumbnails of the overview frames and of each
-  sub-agent's frames, each written to a temporary file and renamed; the records name them by
-  paths relative to `episodes/`.
-
-A fresh run clears the folder; `--resume` from step S keeps the records of steps <= S and drops
-those of later steps (they run again) with their images, so no step is recorded twice. The whole
-folder stays under `logging.episodes_max_mib`: an episode that would pass the cap is not written,
-and recording stops for the run with one warning.
+- `episodes.jsonl`: one JSON object per episode (schema below), appended as whole lines, flushed
+  and fsynced (`paravt.core.episode_files`);
+- `images/...*.jpg`: downscaled JPEG thumbnails of the overview frames and of each sub-agent's
+  frames (`images/step_NNNNNN/` in an RL run, `images/ask/` from evaluation), each written to a
+  temporary file and renamed; the records name them by paths relative to the folder.
 
 Schema (`SCHEMA_VERSION` 1), one line:
 
     schema_version  1
-    step            the RL step that trained on the episode
+    step            the RL step that trained on the episode (0: from evaluation)
     weight_version  the policy version that generated it (step - 1 - staleness)
     index           its position among rank 0's episodes of the step (group = index // group_size)
     key             the runtime's episode key (`<example key>#<rollout>`)
