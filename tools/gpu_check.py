@@ -1497,7 +1497,11 @@ def learning_in_children(
     a = ctx.args
     jobs = min(a.learning_jobs, len(pairs))
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+    # each child starts its own group of one: this process's group variables (set by an earlier
+    # row's init_distributed) would make them all bind the same MASTER_PORT
+    group_vars = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE")
+    env = {k: v for k, v in os.environ.items() if k not in group_vars}
+    env |= {"OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
     deadline = ctx.t0 + a.budget_s
     waiting = list(pairs)
     running: dict[tuple[int, str], tuple[Any, Path, float, Any]] = {}

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from paravt.train import distributed as D
+from paravt.train import process_group as PG
 from paravt.train.modeling import Sequence_, balance_micro_batches
 from paravt.train.recipe import DistributedSpec
 
@@ -19,12 +20,12 @@ from paravt.train.recipe import DistributedSpec
 def test_device_for_backend_puts_nccl_collectives_on_the_local_gpu_and_gloo_on_cpu(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert D.device_for_backend("nccl", local_rank=3) == torch.device("cuda", 3)
-    assert D.device_for_backend("gloo", local_rank=3) == torch.device("cpu")
+    assert PG.device_for_backend("nccl", local_rank=3) == torch.device("cuda", 3)
+    assert PG.device_for_backend("gloo", local_rank=3) == torch.device("cpu")
     # a mixed group routes CPU tensors to gloo
-    assert D.device_for_backend("cpu:gloo,cuda:nccl", local_rank=3) == torch.device("cpu")
+    assert PG.device_for_backend("cpu:gloo,cuda:nccl", local_rank=3) == torch.device("cpu")
     monkeypatch.setenv("LOCAL_RANK", "5")
-    assert D.device_for_backend("nccl") == torch.device("cuda", 5)
+    assert PG.device_for_backend("nccl") == torch.device("cuda", 5)
 
 
 def test_collective_device_follows_the_process_group_backend(
@@ -33,9 +34,9 @@ def test_collective_device_follows_the_process_group_backend(
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     monkeypatch.setenv("LOCAL_RANK", "2")
     monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
-    assert D.collective_device() == torch.device("cuda", 2)
+    assert PG.collective_device() == torch.device("cuda", 2)
     monkeypatch.setattr(dist, "get_backend", lambda group=None: "gloo")
-    assert D.collective_device() == torch.device("cpu")
+    assert PG.collective_device() == torch.device("cpu")
 
 
 class _Reached(Exception):
@@ -55,21 +56,21 @@ def test_every_collective_helper_puts_its_tensors_on_the_collective_device(
         seen.append(t.device)
         raise _Reached
 
-    monkeypatch.setattr(D, "_world", lambda: 2)
+    monkeypatch.setattr(PG, "_world", lambda: 2)
     monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
-    monkeypatch.setattr(D, "collective_device", lambda group=None: torch.device("meta"))
+    monkeypatch.setattr(PG, "collective_device", lambda group=None: torch.device("meta"))
     monkeypatch.setattr(dist, "all_reduce", record)
     monkeypatch.setattr(dist, "all_gather", lambda out, t, *a, **k: record(t))
     with pytest.raises(_Reached):
         if helper == "mean":
-            D.all_reduce_mean({"a": 1.0})
+            PG.all_reduce_mean({"a": 1.0})
         elif helper == "sum":
-            D.all_reduce_sum([1.0, 2.0])
+            PG.all_reduce_sum([1.0, 2.0])
         elif helper == "max":
-            D.all_reduce_max_int(3)
+            PG.all_reduce_max_int(3)
         else:
-            monkeypatch.setattr(D, "all_reduce_max_int", lambda n: 3)
-            D.all_gather_floats([1.0, 2.0])
+            monkeypatch.setattr(PG, "all_reduce_max_int", lambda n: 3)
+            PG.all_gather_floats([1.0, 2.0])
     assert seen == [torch.device("meta")]
 
 
@@ -92,7 +93,7 @@ def test_init_distributed_binds_the_local_gpu_before_the_nccl_group_and_passes_d
     monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
     device = torch.device("cuda", 1)  # what pick_device gives LOCAL_RANK 1
     spec = DistributedSpec(strategy="fsdp2", backend="auto", timeout_s=60)
-    assert D.init_distributed(spec, device) == (1, 2)
+    assert PG.init_distributed(spec, device) == (1, 2)
     assert calls == [
         ("set_device", torch.device("cuda", 1)),
         ("init_process_group", ("nccl", torch.device("cuda", 1))),
@@ -115,7 +116,7 @@ def test_gloo_groups_get_no_device_id_and_cpu_processes_bind_nothing(
     monkeypatch.setattr(dist, "is_initialized", lambda: state["init"])
     monkeypatch.setattr(dist, "get_rank", lambda group=None: 0)
     monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
-    D.init_distributed(DistributedSpec(strategy="fsdp2", timeout_s=7), torch.device("cpu"))
+    PG.init_distributed(DistributedSpec(strategy="fsdp2", timeout_s=7), torch.device("cpu"))
     assert len(calls) == 1 and calls[0][0] == "gloo" and "device_id" not in calls[0][1]
     assert calls[0][1]["timeout"].total_seconds() == 7
 
@@ -126,7 +127,7 @@ def test_nccl_without_a_gpu_is_an_error_that_names_the_fix(
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setattr(dist, "is_initialized", lambda: False)
     with pytest.raises(RuntimeError, match=r"distributed\.device=cuda"):
-        D.init_distributed(DistributedSpec(strategy="fsdp2", backend="nccl"), torch.device("cpu"))
+        PG.init_distributed(DistributedSpec(strategy="fsdp2", backend="nccl"), torch.device("cpu"))
 
 
 def test_a_torchrun_launch_with_strategy_none_is_refused_naming_the_fix(
@@ -137,10 +138,10 @@ def test_a_torchrun_launch_with_strategy_none_is_refused_naming_the_fix(
     monkeypatch.setattr(dist, "is_initialized", lambda: False)
     monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: groups.append(backend))
     with pytest.raises(RuntimeError, match=r"WORLD_SIZE=2.*distributed\.strategy=fsdp2"):
-        D.init_distributed(DistributedSpec(strategy="none"), torch.device("cpu"))
+        PG.init_distributed(DistributedSpec(strategy="none"), torch.device("cpu"))
     assert groups == []  # refused before any process group starts
     monkeypatch.setenv("WORLD_SIZE", "1")  # one process with strategy none is the normal case
-    assert D.init_distributed(DistributedSpec(strategy="none"), torch.device("cpu")) == (0, 1)
+    assert PG.init_distributed(DistributedSpec(strategy="none"), torch.device("cpu")) == (0, 1)
 
 
 def _seq(media: bool) -> Sequence_:

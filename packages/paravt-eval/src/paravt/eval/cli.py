@@ -138,6 +138,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     )
     trace = agent.run([sample])[0]
     if args.trace is not None and trace.episode is not None:
+        # lazy: loaded when the subcommand writes an episode (PIL thumbnails)
         from paravt.eval.episode_out import write_episode
 
         tool_response = agent.config_for(sample).tool_response

@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from paravt.eval.agent import EvalAgent, VideoQuestion, options_from
 from paravt.eval.config import EvalConfig, parse_eval_config
+from paravt.eval.episode_out import write_episode
 from paravt.eval.metrics import record_trace
 from paravt.eval.traces import SampleTrace, TraceWriter
 
@@ -227,8 +228,6 @@ class ParaVT(lmms):
         written = self.episodes_written.get(trace.task, 0)
         if trace.episode is None or written >= self.config.episodes or self.rank != 0:
             return
-        from paravt.eval.episode_out import write_episode
-
         tool_response = self.agent.config_for(sample).tool_response
         try:
             write_episode(self.episodes_dir, trace, sample, tool_response=tool_response)

@@ -28,6 +28,7 @@ from typing import Any
 from paravt.core import PROTOCOL_FILE, parse_response
 from paravt.eval.agent import EvalAgent, VideoQuestion
 from paravt.eval.config import EvalConfig
+from paravt.eval.episode_out import write_episode
 from paravt.eval.metrics import open_ended_score
 from paravt.eval.reproduce.config import ReproduceConfig
 from paravt.eval.reproduce.progress import log
@@ -168,8 +169,6 @@ def record_episodes(
 ) -> None:
     """The first `EPISODES_PER_CELL` samples that ran, as episodes (`paravt-train episodes ROOT
     --html` shows them), the folder written afresh with the cell."""
-    from paravt.eval.episode_out import write_episode
-
     shutil.rmtree(root, ignore_errors=True)
     ran = [(t, s, d) for t, s, d in zip(traces, samples, docs) if t.episode is not None]
     for trace, sample, doc in ran[:EPISODES_PER_CELL]:
