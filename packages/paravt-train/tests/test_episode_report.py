@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,20 @@ def test_the_viewer_escapes_model_text(run: Path, tmp_path: Path) -> None:
     page = write_html(evil).read_text()
     assert "<script>alert(1)" not in page
     assert path.is_file()
+
+
+def test_unscored_episodes_read_as_unknown_not_as_zero(run: Path, tmp_path: Path) -> None:
+    """Evaluation episodes carry no reward (null): their accuracy and reward are unknown, shown
+    as '-', never as 0.00; tool responses come from the calls themselves."""
+    scored = list(read_episodes(run))
+    unscored = [{**e, "reward": None, "advantage": None} for e in scored]
+    a, b = summarize(scored)["steps"][0], summarize(unscored)["steps"][0]
+    assert b["tool_responses"] == a["tool_responses"]
+    assert b["accuracy"] != b["accuracy"] and b["reward"] != b["reward"]  # NaN: unknown
+    copy = tmp_path / "unscored"
+    shutil.copytree(run, copy)
+    jsonl = next(copy.rglob("episodes.jsonl"))
+    jsonl.write_text("".join(json.dumps(e) + "\n" for e in unscored))
+    page = write_html(copy, tmp_path / "view.html")
+    row = page.read_text().split("<tbody>", 1)[1].split("</tr>", 1)[0]
+    assert row.count("<td>-</td>") >= 3  # accuracy, f_tau, reward

@@ -35,7 +35,7 @@ def write_episode(
         raise ValueError(f"no episode to write: the sample did not run ({trace.error})")
     root.mkdir(parents=True, exist_ok=True)
     path = root / EPISODES_FILE
-    index = sum(1 for _ in path.open("rb")) if path.exists() else 0
+    index = len(path.read_bytes().splitlines()) if path.exists() else 0
     tag = f"{IMAGES_DIR}/ask/{index:04d}_{safe_name(str(episode.key))}"
     thumbnails: dict[str, bytes] = {}
 

@@ -66,7 +66,8 @@ def step_summary(step: int, eps: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "invalid_calls": invalid / len(eps) if eps else math.nan,
         "invalid_share": invalid / attempts if attempts > 0 else 0.0,
         "invalid_by_reason": dict(reasons.most_common()),
-        "tool_responses": _mean([_num(r.get("tool_responses")) for r in rewards]),
+        # from the calls themselves: an unscored (evaluation) episode has no reward to read
+        "tool_responses": _mean([float(sum(c["status"] == "ok" for c in _calls(e))) for e in eps]),
         "crops_per_turn": _mean(
             [float(sum(c["status"] == "ok" for c in t.get("calls", []))) for t in turns]
         ),
