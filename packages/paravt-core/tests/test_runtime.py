@@ -271,3 +271,32 @@ def test_turn_records_serialise_to_json_with_calls_issues_and_timings() -> None:
     assert {"kind": "invalid_call", "message": first["issues"][0]["message"]} == first["issues"][0]
     assert set(first["timings_s"]) == {"generate", "tools", "subagents"}
     assert data[1]["answer"] == "A"
+
+
+@pytest.mark.parametrize("mode", ["run", "skip"])
+def test_the_calls_of_a_turn_its_token_limit_cut_run_only_under_run(mode: str) -> None:
+    """`cut_turn_calls`: two whole calls, then a third the turn's limit cuts. 'run' (the released
+    driver's way) runs the two; 'skip' runs none, and each call's tool response says why."""
+    from paravt.core import SamplingParams
+
+    first = "look</think>" + call(0, 10) + call(20, 30) + '<tool_call>{"na'
+    toolbox = StaticToolbox()
+    config = AgentConfig(
+        cut_turn_calls=mode, sampling=SamplingParams(max_new_tokens=len(first) - 3)
+    )
+    (ep,) = run_episodes_sync([task(toolbox=toolbox)], make_engine(first + "me"), config)
+    cut = ep.turns[0]
+    assert cut.finish_reason == "length" and len(cut.calls) == 3
+    assert ep.answer == "A"  # the episode goes on to its answer either way
+    if mode == "run":
+        assert ep.num_tool_calls == 2 and [len(b) for b in toolbox.calls] == [2]
+        assert ep.tool_responses_ok == 2
+    else:
+        assert ep.num_tool_calls == 0 and toolbox.calls == [] and ep.tool_responses_ok == 0
+        assert all("cut by its token limit" in (c.error or "") for c in cut.calls)
+        tool_texts = [m.text for m in ep.main.messages if m.role == "tool"]
+        assert len(tool_texts) == 3 and all("cut by its token limit" in t for t in tool_texts)
+
+
+def test_cut_turn_calls_default_is_the_released_drivers() -> None:
+    assert AgentConfig().cut_turn_calls == "run"

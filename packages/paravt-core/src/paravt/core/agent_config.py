@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 Dispatch = Literal["parallel", "sequential"]
 Schedule = Literal["async", "lockstep"]
 ToolResponseMode = Literal["subagent", "frames"]
+CutTurnCalls = Literal["run", "skip"]
 
 
 class SamplingParams(BaseModel):
@@ -67,6 +68,16 @@ class EpisodeSettings(BaseModel):
         "subagent",
         description="'subagent': a weight-sharing sub-agent summarises each window's frames; "
         "'frames': the frames return into the main context.",
+    )
+    cut_turn_calls: CutTurnCalls = Field(
+        "run",
+        description="The calls of a turn that its token limit cut before it ended (finish "
+        "reason 'length'). 'run' (the released driver's way): its valid calls run. 'skip': none "
+        "runs, each answered 'not executed: the turn was cut by its token limit', so a turn "
+        "brings evidence only when it ended by itself, and a call started where the limit cuts "
+        "it costs the calls before it (under credit for evidence, their tool reward). Ours, for "
+        "training: with 'run', a third call the 80-token limit cut rose with the right answers "
+        "of the two calls before it (issue 44).",
     )
     think_prefix: bool = Field(True, description="Start every main response with '<think>\\n'.")
     schedule: Schedule = Field(

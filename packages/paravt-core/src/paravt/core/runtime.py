@@ -109,15 +109,23 @@ def request_seed(seed: int, trajectory: Trajectory) -> int:
 
 
 def _plan_calls(
-    calls: list[ToolCall], config: AgentConfig
+    calls: list[ToolCall], config: AgentConfig, *, cut_at: int | None = None
 ) -> tuple[list[CallRecord], list[tuple[int, CropVideoArgs]]]:
-    """Decide which attempts run; every attempt not run gets an error naming why."""
+    """Decide which attempts run; every attempt not run gets an error naming why. `cut_at`: the
+    token limit that cut the turn (None: the turn ended by itself); with
+    `cut_turn_calls="skip"` no call of a cut turn runs."""
     records: list[CallRecord] = []
     to_run: list[tuple[int, CropVideoArgs]] = []
     cap = 1 if config.dispatch == "sequential" else config.max_parallel
+    skip_all = cut_at is not None and config.cut_turn_calls == "skip"
     for i, call in enumerate(calls):
         rec = CallRecord(index=i, name=call.name, arguments=dict(call.arguments), executed=False)
-        if not call.ok or not isinstance(call.args, CropVideoArgs):
+        if skip_all:
+            rec.error = (
+                f"not executed: the turn was cut by its token limit ({cut_at} tokens) before it "
+                "ended; a turn's calls run only when it ends by itself"
+            )
+        elif not call.ok or not isinstance(call.args, CropVideoArgs):
             rec.error = call.error or "invalid tool call"
         elif len(to_run) >= cap:
             rec.error = (
@@ -270,7 +278,8 @@ async def _run_episode(
                         )
                     )
                 break
-            record.calls, run = _plan_calls(calls, config)
+            cut_at = sampling.max_new_tokens if out.finish_reason == "length" else None
+            record.calls, run = _plan_calls(calls, config, cut_at=cut_at)
 
             t0 = time.perf_counter()
             outputs = await _run_toolbox(

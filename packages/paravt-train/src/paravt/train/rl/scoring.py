@@ -183,6 +183,11 @@ def _episode_anchor_parts(
     return parts
 
 
+def cut_turn(ep: Any) -> bool:
+    """Some turn of `ep` stopped at its token limit (finish reason 'length'), not by itself."""
+    return any(t.finish_reason == "length" for t in ep.turns)
+
+
 def training_sequences(
     ro: Rollouts, recipe: RLRecipe, engine: Any, reward_config: Any
 ) -> list[Sequence_]:
@@ -257,6 +262,8 @@ def episode_metrics(ro: Rollouts) -> dict[str, float]:
             "subagents_per_episode": mean([float(len(ep.subagents)) for ep in eps]),
             "gating/k_mean": mean([float(k) for k in ro.budgets]),
             "truncated_rate": mean([float(ep.truncated) for ep in eps]),
+            # any turn cut, not only the last: a calling turn cut mid-call still gets its answer
+            "cut_turn_rate": mean([float(cut_turn(ep)) for ep in eps]),
         }
     )
     # one format measure for every arm, and the tool prior's leaks (paravt.rewards.structure)
