@@ -16,7 +16,10 @@ What a check class says:
 - `check_spec(rollout)`: the engine's own problems with the recipe's `rollout` section, one
   each, naming the key and the fix ([]: none);
 - `doctor_server_urls(rollout)`: the servers `paravt-train doctor --recipe` checks with its
-  server checks (SGLang's routes).
+  server checks (SGLang's routes);
+- `settings`: the pydantic model of the engine's own settings, the recipe's
+  `rollout.engine_settings` (None: it takes none); the registry validates them while the recipe
+  loads and the engine reads them with `engine_settings(rollout)`.
 
 Nothing here imports the recipe (which imports the registry, which imports this): `rollout` is
 the recipe's `RolloutSpec`, read by attribute.
@@ -35,6 +38,16 @@ class EngineChecks:
     # knows which weights produced each reply (so the staleness bound holds); when False, why not
     supports_staleness: ClassVar[bool] = False
     synchronous_reason: ClassVar[str] = "it cannot tell which weights produced a reply"
+    # the model of `rollout.engine_settings` (pydantic, extra="forbid" advised); None: no settings
+    settings: ClassVar[Any] = None
+
+    @classmethod
+    def engine_settings(cls, rollout: Any) -> Any:
+        """The recipe's `rollout.engine_settings` as this engine's `settings` model (validated
+        already while the recipe loaded); None for an engine without settings."""
+        return (
+            None if cls.settings is None else cls.settings.model_validate(rollout.engine_settings)
+        )
 
     @classmethod
     def check_spec(cls, rollout: Any) -> list[str]:

@@ -11,11 +11,22 @@ first use: not an import statement, as the engines sit above the recipe that ask
 registry). Any other engine is registered by the code that defines it
 (`register_engine(name, cls)`, before the recipe that names it is loaded); a `RolloutEngine`
 subclass inherits `EngineChecks`, so the class it registers is its own checks.
+
+An installed package adds an engine without code that runs before the recipe: an entry point in
+the group `paravt.rollout_engines` (`toy = "my_pkg.engine:ToyEngine"` under
+`[project.entry-points."paravt.rollout_engines"]`) is registered under its name the first time a
+recipe or the command line names it. An engine's own settings live in the recipe's
+`rollout.engine_settings` and are validated against its `settings` model
+(`EngineChecks.settings`), so a new engine with settings needs no edit of the recipe schema.
+
+The one registry: `paravt.train.rl` and `paravt.train.rl.engines` re-export these functions.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from importlib.metadata import entry_points
 from typing import Any
 
 from paravt.train.engine_checks import EngineChecks, HFChecks, SGLangChecks, VLLMChecks
@@ -27,6 +38,7 @@ BUILT_IN: dict[str, tuple[type[EngineChecks], tuple[str, str]]] = {
     "vllm_server": (VLLMChecks, ("paravt.train.rl.engines.servers", "VLLMServers")),
 }
 FUNCTION_REASON = "it is registered as a function"  # why an engine function is synchronous
+ENTRY_POINT_GROUP = "paravt.rollout_engines"  # installed packages' engines, by name
 
 _ENGINES: dict[str, Any] = {}  # name -> a RolloutEngine subclass, or a function of a context
 
@@ -49,6 +61,25 @@ def register_engine(name: str, engine: Any) -> None:
     _ENGINES[name] = engine
 
 
+def _installed(name: str) -> Any:
+    """The engine an installed package declares as `name` in `ENTRY_POINT_GROUP`, registered on
+    first use; None when none does. Loading it imports that package (its own weight)."""
+    found = _ENGINES.get(name)
+    if found is not None or name in BUILT_IN:
+        return found
+    for point in entry_points(group=ENTRY_POINT_GROUP, name=name):
+        try:
+            engine = point.load()
+        except Exception as exc:  # a broken plugin names itself, not a missing engine
+            raise ValueError(
+                f"rollout.engine={name!r}: the entry point {point.value!r} (group "
+                f"{ENTRY_POINT_GROUP}) failed to load: {type(exc).__name__}: {exc}"
+            ) from exc
+        register_engine(name, engine)
+        return engine
+    return None
+
+
 def engine_checks(name: str) -> Any:
     """What judges a recipe naming `rollout.engine: <name>` (light: nothing is built or loaded
     beyond it): a built-in's `EngineChecks` class, or what was registered under the name (a
@@ -56,13 +87,13 @@ def engine_checks(name: str) -> Any:
     registered."""
     if name in BUILT_IN:
         return BUILT_IN[name][0]  # the engine class, once imported, inherits these
-    return _ENGINES.get(name)
+    return _installed(name)
 
 
 def engine_class(name: str) -> Any:
     """What `rollout.engine: <name>` builds (a class or a function), or None for a name nobody
     registered. A built-in is imported on first use (it loads the RL trainer and torch)."""
-    found = _ENGINES.get(name)
+    found = _installed(name)
     if found is None and name in BUILT_IN:
         module, attribute = BUILT_IN[name][1]
         # not an import statement: the engines import the recipe, which asks this registry
@@ -73,7 +104,7 @@ def engine_class(name: str) -> Any:
 def engine_names(*, supports_staleness: bool | None = None) -> tuple[str, ...]:
     """The registered `rollout.engine` names, sorted; with `supports_staleness`, only those whose
     engine can (True) or cannot (False) generate while the trainer trains (`max_staleness > 0`)."""
-    names = sorted({*BUILT_IN, *_ENGINES})
+    names = sorted({*BUILT_IN, *_ENGINES, *entry_points(group=ENTRY_POINT_GROUP).names})
     if supports_staleness is None:
         return tuple(names)
     return tuple(n for n in names if staleness_supported(n) == supports_staleness)
@@ -102,7 +133,8 @@ def check_spec(name: str, rollout: Any) -> list[str]:
     """What is wrong with a recipe's `rollout` section (a `RolloutSpec`) for the engine
     registered as `name`, each problem naming the key and the fix: `max_staleness` > 0 on an
     engine that cannot run asynchronously (`supports_staleness`; an engine registered as a
-    function cannot), then the engine's own rules (`EngineChecks.check_spec`). An unregistered
+    function cannot), `rollout.engine_settings` against the engine's `settings` model, then the
+    engine's own rules (`EngineChecks.check_spec`). An unregistered
     name is the one problem. Light: the engine's checks, never the engine (`engine_checks`)."""
     checks = engine_checks(name)
     if checks is None:
@@ -111,7 +143,7 @@ def check_spec(name: str, rollout: Any) -> list[str]:
             f"{', '.join(engine_names())}); an engine defined elsewhere is registered with "
             "paravt.train.rl.register_engine(name, cls) before the recipe naming it is loaded"
         ]
-    problems = []
+    problems = _settings_problems(name, checks, rollout.engine_settings)
     if rollout.max_staleness and not getattr(checks, "supports_staleness", False):
         reason = getattr(checks, "synchronous_reason", FUNCTION_REASON)
         problems.append(staleness_refusal(name, rollout.max_staleness, reason))
@@ -119,3 +151,29 @@ def check_spec(name: str, rollout: Any) -> list[str]:
     if own is not None:
         problems += own(rollout)
     return problems
+
+
+def _settings_problems(name: str, checks: Any, given: dict[str, Any]) -> list[str]:
+    """`rollout.engine_settings` judged by the engine's `settings` model (a pydantic model; an
+    engine without one takes none), one problem per error, naming the key."""
+    model = getattr(checks, "settings", None)
+    if model is None:
+        if not given:
+            return []
+        return [
+            f"rollout.engine_settings={given!r}: rollout.engine={name} takes no settings of its "
+            "own; leave rollout.engine_settings out"
+        ]
+    validate: Callable[..., Any] = model.model_validate
+    try:
+        validate(given)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        errors = getattr(exc, "errors", None)
+        if errors is None:
+            return [f"rollout.engine_settings: {exc}"]
+        return [
+            f"rollout.engine_settings.{'.'.join(str(p) for p in e['loc'])}: {e['msg']} "
+            f"(rollout.engine={name}; its settings: {', '.join(model.model_fields)})"
+            for e in errors()
+        ]
+    return []

@@ -376,7 +376,15 @@ class RolloutSpec(_Strict, EpisodeSettings):
         "(rollout.server.urls, started with VLLM_SERVER_DEV_MODE=1), weights written to "
         "weight_dir and reloaded by the servers after every step (weight_sync disk, not "
         "colocated); or an engine registered with paravt.train.rl.register_engine before the "
-        "recipe is loaded.",
+        "recipe is loaded, or installed by a package under the entry-point group "
+        "paravt.rollout_engines.",
+    )
+    engine_settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The engine's own settings, validated against its settings model "
+        "(EngineChecks.settings) while the recipe loads: a key the engine does not know is an "
+        "error naming its keys; an engine without a settings model takes none. The built-in "
+        "engines take none (SGLang's and vLLM's live in rollout.server).",
     )
     max_staleness: int = Field(
         0,

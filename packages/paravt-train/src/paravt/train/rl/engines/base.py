@@ -1,18 +1,20 @@
 """What every rollout engine does (`RolloutEngine`), what it is built from (`EngineContext`) and
-what a check of its weights finds (`WeightCheck`)."""
+what a check of its weights finds (`WeightCheck`), and `build_engine`: the one a recipe names,
+from the registry (`paravt.train.engine_registry`, the one place engines are named)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 
 from paravt.train.distributed import Backend
 from paravt.train.engine_checks import EngineChecks
+from paravt.train.engine_registry import engine_class, engine_names
 from paravt.train.recipe import RLRecipe
 
 Bucket = list[
@@ -70,8 +72,10 @@ class RolloutEngine(EngineChecks, ABC):
     recipe loads without the trainer. A built-in engine inherits its own checks class there
     (`HFChecks`, `SGLangChecks`, `VLLMChecks`), which the registry asks until a run builds it.
 
-    A new engine is a subclass in its own file plus one `register_engine(name, cls)` call
-    (`paravt.train.rl.engines.registry`); `rollout.engine: <name>` then builds it.
+    A new engine is a subclass in its own file plus one `register_engine(name, cls)` call, or an
+    entry point in the group `paravt.rollout_engines` of the package that defines it
+    (`paravt.train.engine_registry`); `rollout.engine: <name>` then builds it. Settings of its
+    own: a pydantic model as `settings`, read with `engine_settings(ctx.recipe.rollout)`.
     """
 
     engine: Any  # the core Engine the agent runtime generates with
@@ -109,3 +113,20 @@ class RolloutEngine(EngineChecks, ABC):
     def close(self) -> None:
         """The run is over: let go of what the engine holds."""
         return None
+
+
+EngineBuilder = Callable[[EngineContext], RolloutEngine]  # an engine registered as a function
+
+
+def build_engine(ctx: EngineContext) -> RolloutEngine:
+    """The engine `ctx.recipe.rollout.engine` names, built from `ctx`."""
+    name = ctx.recipe.rollout.engine
+    engine = engine_class(name)
+    if engine is None:
+        raise ValueError(
+            f"rollout.engine={name!r} is no registered rollout engine (registered: "
+            f"{', '.join(engine_names())}); see paravt.train.rl.register_engine"
+        )
+    if isinstance(engine, type) and issubclass(engine, RolloutEngine):
+        return engine.build(ctx)
+    return cast(EngineBuilder, engine)(ctx)  # registered as a function of the context

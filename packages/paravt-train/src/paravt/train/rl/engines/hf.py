@@ -67,9 +67,3 @@ class HFReplica(HFRollouts):
                 for name, tensor in bucket:
                     if name in targets:
                         targets[name].copy_(tensor)
-
-
-def build_hf(ctx: EngineContext) -> RolloutEngine:
-    """`hf`: the policy module itself, or a replica when the backend shards the policy
-    (`HFRollouts.build`)."""
-    return HFRollouts.build(ctx)
