@@ -211,6 +211,9 @@ def main() -> None:
                 *numeric,
                 f"reward.preset={REWARDS[reward]}",
                 *(args.evidence_set if reward == "evidence" else []),
+                # the lr-0 control stays at lr 0 whatever --evidence-set says (run 4's first
+                # lr-0 controls ran at its optim.lr=1e-4: they repeated the evidence arm)
+                *([f"optim.lr={lr}"] if lr == LR_ZERO else []),
             ],
         ).values()
         b = before[reward]
