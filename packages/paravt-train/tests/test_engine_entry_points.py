@@ -115,6 +115,16 @@ def test_a_broken_entry_point_names_itself(tmp_path: Path, monkeypatch: pytest.M
         load_recipe("tiny_paragrpo", [f"output_dir={tmp_path}", "rollout.engine=toy_ep_broken"])
 
 
+def test_an_entry_point_under_a_built_in_name_is_refused_not_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from paravt.train.engine_registry import engine_class
+
+    monkeypatch.syspath_prepend(str(install_toy(tmp_path / "site", "hf")))
+    with pytest.raises(ValueError, match=r"'hf' is a built-in engine.*rename the entry point"):
+        engine_class("hf")
+
+
 @pytest.mark.slow
 def test_an_installed_engine_trains_two_steps_from_the_command_line(
     tiny_model_path: Path, tmp_path: Path

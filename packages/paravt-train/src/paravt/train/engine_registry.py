@@ -25,9 +25,10 @@ The one registry: `paravt.train.rl` and `paravt.train.rl.engines` re-export thes
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
+
+from pydantic import ValidationError
 
 from paravt.train.engine_checks import EngineChecks, HFChecks, SGLangChecks, VLLMChecks
 
@@ -95,6 +96,13 @@ def engine_class(name: str) -> Any:
     registered. A built-in is imported on first use (it loads the RL trainer and torch)."""
     found = _installed(name)
     if found is None and name in BUILT_IN:
+        shadowing = [p.value for p in entry_points(group=ENTRY_POINT_GROUP, name=name)]
+        if shadowing:  # never silently the built-in where a package meant its own
+            raise ValueError(
+                f"rollout.engine={name!r} is a built-in engine, and an installed package also "
+                f"declares {', '.join(shadowing)} under that name (group {ENTRY_POINT_GROUP}): "
+                "rename the entry point"
+            )
         module, attribute = BUILT_IN[name][1]
         # not an import statement: the engines import the recipe, which asks this registry
         found = _ENGINES[name] = getattr(importlib.import_module(module), attribute)
@@ -164,16 +172,12 @@ def _settings_problems(name: str, checks: Any, given: dict[str, Any]) -> list[st
             f"rollout.engine_settings={given!r}: rollout.engine={name} takes no settings of its "
             "own; leave rollout.engine_settings out"
         ]
-    validate: Callable[..., Any] = model.model_validate
     try:
-        validate(given)
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        errors = getattr(exc, "errors", None)
-        if errors is None:
-            return [f"rollout.engine_settings: {exc}"]
+        model.model_validate(given)
+    except ValidationError as exc:
         return [
             f"rollout.engine_settings.{'.'.join(str(p) for p in e['loc'])}: {e['msg']} "
             f"(rollout.engine={name}; its settings: {', '.join(model.model_fields)})"
-            for e in errors()
+            for e in exc.errors()
         ]
     return []
