@@ -94,8 +94,7 @@ def engine_checks(name: str) -> Any:
 def engine_class(name: str) -> Any:
     """What `rollout.engine: <name>` builds (a class or a function), or None for a name nobody
     registered. A built-in is imported on first use (it loads the RL trainer and torch)."""
-    found = _installed(name)
-    if found is None and name in BUILT_IN:
+    if name in BUILT_IN:
         shadowing = [p.value for p in entry_points(group=ENTRY_POINT_GROUP, name=name)]
         if shadowing:  # never silently the built-in where a package meant its own
             raise ValueError(
@@ -103,6 +102,8 @@ def engine_class(name: str) -> Any:
                 f"declares {', '.join(shadowing)} under that name (group {ENTRY_POINT_GROUP}): "
                 "rename the entry point"
             )
+    found = _installed(name)
+    if found is None and name in BUILT_IN:
         module, attribute = BUILT_IN[name][1]
         # not an import statement: the engines import the recipe, which asks this registry
         found = _ENGINES[name] = getattr(importlib.import_module(module), attribute)
