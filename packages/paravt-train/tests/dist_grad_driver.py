@@ -132,9 +132,9 @@ def full_gradients(backend: Backend) -> dict[str, torch.Tensor]:
 def capturing_step(backend: Backend, real_step: Any, seen: dict[str, Any]) -> Any:
     """`backend.step` that first records the full gradients (what the optimiser would apply)."""
 
-    def step() -> float:
+    def step(**kwargs: Any) -> float:
         seen["grads"] = full_gradients(backend)
-        return float(real_step())
+        return float(real_step(**kwargs))
 
     return step
 

@@ -176,6 +176,7 @@ def run_rl(model: str, out: Path) -> None:
             "loss.include_subagents_in_loss=true",
             "loss.kl_form=k1_reward",
             "loss.decoupled=true",
+            "loss.ppo_mini_batches=2",  # two optimiser steps per RL step, over unequal ranks
             "checkpoint.every_steps=2",
             *COMMON,
         ],
@@ -202,6 +203,7 @@ def run_rl(model: str, out: Path) -> None:
                 "normaliser": metrics["loss/normaliser"],
                 "micro_batches_mean": metrics["micro_batches"],
                 "grad_norm": metrics["grad_norm"],
+                "optimizer_steps": metrics["optimizer_steps"],
             },
         )
 

@@ -120,8 +120,10 @@ def test_the_two_rank_rehearsal_runs_unequal_work_in_step_and_normalises_globall
             b["rewards"], 2, config=config
         )
         differs |= per_rank != pytest.approx(want, abs=1e-6)
-        # the token-mean normaliser counts both ranks' trained tokens
+        # the token-mean normalisers (one per mini-batch) count both ranks' trained tokens
         assert a["normaliser"] == b["normaliser"] == a["trained_tokens"] + b["trained_tokens"]
+        # loss.ppo_mini_batches=2: two optimiser steps on each rank, in step
+        assert a["optimizer_steps"] == b["optimizer_steps"] == 2
     assert differs, "no step where per-rank and global normalisation differ: the check is void"
     rows = _steps(tmp_path / "rl" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]

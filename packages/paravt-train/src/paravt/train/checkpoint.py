@@ -134,7 +134,7 @@ def load_checkpoint(directory: Path, backend: Any) -> dict[str, Any]:
         backend.load_deepspeed(directory / "deepspeed")
     else:
         backend.load_optimizer_state(state["optimizer"])
-        backend.scheduler.load_state_dict(state["scheduler"])
+    backend.scheduler.load_state_dict(state["scheduler"])  # ours to advance, also under ZeRO
     rng_file = directory / f"rng-rank{rank()}.pt"
     if rng_file.is_file():
         set_rng_state(torch.load(rng_file, map_location="cpu", weights_only=False))

@@ -140,8 +140,10 @@ class Backend:
             }
             if bf16:
                 config["communication_data_type"] = "fp32"
-            self.ds_engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
-                model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config
+            # the schedule is ours to advance (`step`), not the engine's: an RL step may take
+            # several optimiser steps and the schedule counts RL steps
+            self.ds_engine, self.optimizer, _, _ = deepspeed.initialize(
+                model=model, optimizer=optimizer, config=config
             )
             self.model = self.ds_engine.module
             self.scheduler = scheduler
@@ -173,22 +175,31 @@ class Backend:
         else:
             loss.backward()
 
-    def step(self) -> float:
-        """Clip, optimiser step, scheduler step, zero grads; returns the pre-clip grad norm."""
+    def step(self, *, advance_schedule: bool = True) -> float:
+        """Clip, optimiser step, zero grads, and (unless `advance_schedule` is false: an RL step
+        of several optimiser steps advances it once, `advance_schedule()`) the scheduler step;
+        returns the pre-clip grad norm."""
         if self.ds_engine is not None:
             self.ds_engine.set_gradient_accumulation_boundary(True)
             self.ds_engine.step()
             norm = self.ds_engine.get_global_grad_norm()
-            return float(norm) if norm is not None else float("nan")
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        max_norm = self.optim_spec.max_grad_norm or float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-        if hasattr(norm, "full_tensor"):
-            norm = norm.full_tensor()
-        self.optimizer.step()
+            value = float(norm) if norm is not None else float("nan")
+        else:
+            params = [p for p in self.model.parameters() if p.grad is not None]
+            max_norm = self.optim_spec.max_grad_norm or float("inf")
+            total = torch.nn.utils.clip_grad_norm_(params, max_norm)
+            if hasattr(total, "full_tensor"):
+                total = total.full_tensor()
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            value = float(total)
+        if advance_schedule:
+            self.advance_schedule()
+        return value
+
+    def advance_schedule(self) -> None:
+        """One step of the learning-rate schedule."""
         self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return float(norm)
 
     @property
     def lr(self) -> float:
@@ -284,5 +295,5 @@ class Backend:
     def load_deepspeed(self, directory: Path) -> None:
         if self.ds_engine is not None:
             self.ds_engine.load_checkpoint(
-                str(directory), tag="ds", load_module_strict=False, load_lr_scheduler_states=True
+                str(directory), tag="ds", load_module_strict=False, load_lr_scheduler_states=False
             )

@@ -549,6 +549,18 @@ class LossSpec(_Strict):
     micro_batch_size: int = Field(
         4, ge=1, description="Trajectories per forward/backward pass in the update."
     )
+    ppo_mini_batches: int = Field(
+        1,
+        ge=1,
+        description="Optimiser steps per pass over a step's trajectories: they are cut into this "
+        "many mini-batches of whole micro-batches (at most one per micro-batch). With 1 the "
+        "ratio to the rollout is 1 at the only step and the clip never acts; from the second "
+        "step on it bounds how far the batch moves the policy (verl: batch / "
+        "ppo_mini_batch_size). The learning-rate schedule advances once per RL step.",
+    )
+    ppo_epochs: int = Field(
+        1, ge=1, description="Passes over the mini-batches per RL step (verl's ppo_epochs)."
+    )
 
 
 class RLRecipe(_RecipeBase):

@@ -1,10 +1,11 @@
 """The update: micro-batches balanced over ranks, the log-prob pass (proximal and reference), the KL
-reward, and the PPO / decoupled loss with one optimiser step."""
+reward, and the PPO / decoupled loss over mini-batches, one optimiser step each."""
 
 from __future__ import annotations
 
 import logging
 import time
+from itertools import pairwise
 from typing import Any
 
 import torch
@@ -85,6 +86,15 @@ def add_kl_reward(seqs: list[Sequence_], kl_coef: float) -> None:
         s.advantages = [a + k for a, k in zip(s.advantages, kl)]
 
 
+def mini_batch_slices(count: int, parts: int) -> list[slice]:
+    """`count` micro-batches cut into `parts` contiguous runs as even as possible (at most
+    `count` runs, none empty). Every rank holds the same count (`balance_micro_batches`), so every
+    rank makes the same optimiser steps over the same number of passes."""
+    parts = max(1, min(parts, count))
+    edges = [round(i * count / parts) for i in range(parts + 1)]
+    return [slice(a, b) for a, b in pairwise(edges)]
+
+
 def ppo_update(
     backend: Backend,
     ref_model: Any,
@@ -96,12 +106,21 @@ def ppo_update(
     device: torch.device,
     filler: Sequence_ | None = None,
 ) -> dict[str, float]:
-    """One optimiser step over `seqs` (micro-batched, gradients accumulated); loss metrics.
+    """The update of one RL step over `seqs`: `loss.ppo_epochs` passes over
+    `loss.ppo_mini_batches` mini-batches, one optimiser step each (micro-batched, gradients
+    accumulated); loss metrics averaged over every pass.
+
+    With one mini-batch and one epoch (the default) the ratio to the rollout's log-probs is 1
+    at the step and the clip never acts; from a second optimiser step on, the policy has moved
+    since the rollout and the clip bounds how far a batch can push it (verl's
+    `ppo_mini_batch_size` and `ppo_epochs`). The learning-rate schedule advances once per RL
+    step, whatever the number of optimiser steps in it.
 
     In train mode (gradient checkpointing active). Every rank runs the same number of
-    micro-batches (`filler` pads; required under torchrun), and the loss is normalised over the
-    whole step on all ranks, so the gradient is that of one process holding every rank's
-    trajectories. Order: log-prob pass (proximal / reference), KL reward (k1_reward), update.
+    micro-batches (`filler` pads; required under torchrun), and each mini-batch's loss is
+    normalised over that mini-batch on all ranks, so its gradient is that of one process holding
+    every rank's part of it. Order: log-prob pass (proximal / reference), KL reward
+    (k1_reward), the updates.
     """
 
     loss_cfg = recipe.loss
@@ -116,55 +135,70 @@ def ppo_update(
     kl_in_reward = loss_cfg.kl_form == "k1_reward" and ref_model is not None
     if kl_in_reward and loss_cfg.kl_coef > 0:
         add_kl_reward(seqs, loss_cfg.kl_coef)
-    (global_norm,) = all_reduce_sum([step_normaliser(loss_cfg.aggregation, [s.mask for s in seqs])])
-    norm = max(global_norm, 1.0) / backend.grad_average_ranks
+    slices = mini_batch_slices(len(mbs), loss_cfg.ppo_mini_batches)
+    # one all-reduce for every mini-batch's normaliser (the same count on every rank)
+    normalisers = all_reduce_sum(
+        [
+            step_normaliser(loss_cfg.aggregation, [s.mask for mb in mbs[sl] for s in mb])
+            for sl in slices
+        ]
+    )
     sums = {k: 0.0 for k in ("pg", "kl", "clip_fraction", "ratio", "tokens", "behav", "masked")}
     loss_total = 0.0
+    grad_norms: list[float] = []
     module = backend.forward_module()
     use_ref = ref_model is not None and loss_cfg.kl_coef > 0
-    for k, mb in enumerate(mbs):
-        batch = collate(mb, pad_id=pad_id, image_token_id=image_id, device=device)
-        mask = batch["mask"].clone()
-        mask[:, 0] = 0.0  # the first token has no prediction
-        lp = token_logprobs(module, batch, temperature=temperature, mask=mask, chunk=chunk)
-        parts = ppo_loss(
-            lp,
-            batch["old_logprobs"],
-            batch["advantages"],
-            mask,
-            ref_logp=batch["ref_logprobs"] if use_ref else None,
-            clip_eps=loss_cfg.clip_eps,
-            clip_eps_high=loss_cfg.clip_eps_high,
-            kl_coef=loss_cfg.kl_coef,
-            aggregation=loss_cfg.aggregation,
-            norm=norm,
-            prox_logp=batch["prox_logprobs"] if loss_cfg.decoupled else None,
-            behav_imp_weight_cap=loss_cfg.behav_imp_weight_cap,
-            kl_form=loss_cfg.kl_form,
-        )
-        backend.backward(parts.loss, last=k == len(mbs) - 1)
-        loss_total += float(parts.loss.detach())
-        w = parts.tokens
-        sums["pg"] += parts.pg * w
-        sums["kl"] += parts.kl * w
-        sums["clip_fraction"] += parts.clip_fraction * w
-        sums["ratio"] += parts.ratio_mean * w
-        sums["behav"] += parts.behav_weight_mean * w
-        sums["masked"] += parts.behav_masked_fraction * w
-        sums["tokens"] += w
-    grad_norm = backend.step()
+    for _ in range(loss_cfg.ppo_epochs):
+        for sl, global_norm in zip(slices, normalisers):
+            norm = max(global_norm, 1.0) / backend.grad_average_ranks
+            part = mbs[sl]
+            for k, mb in enumerate(part):
+                batch = collate(mb, pad_id=pad_id, image_token_id=image_id, device=device)
+                mask = batch["mask"].clone()
+                mask[:, 0] = 0.0  # the first token has no prediction
+                lp = token_logprobs(module, batch, temperature=temperature, mask=mask, chunk=chunk)
+                parts = ppo_loss(
+                    lp,
+                    batch["old_logprobs"],
+                    batch["advantages"],
+                    mask,
+                    ref_logp=batch["ref_logprobs"] if use_ref else None,
+                    clip_eps=loss_cfg.clip_eps,
+                    clip_eps_high=loss_cfg.clip_eps_high,
+                    kl_coef=loss_cfg.kl_coef,
+                    aggregation=loss_cfg.aggregation,
+                    norm=norm,
+                    prox_logp=batch["prox_logprobs"] if loss_cfg.decoupled else None,
+                    behav_imp_weight_cap=loss_cfg.behav_imp_weight_cap,
+                    kl_form=loss_cfg.kl_form,
+                )
+                backend.backward(parts.loss, last=k == len(part) - 1)
+                loss_total += float(parts.loss.detach())
+                w = parts.tokens
+                sums["pg"] += parts.pg * w
+                sums["kl"] += parts.kl * w
+                sums["clip_fraction"] += parts.clip_fraction * w
+                sums["ratio"] += parts.ratio_mean * w
+                sums["behav"] += parts.behav_weight_mean * w
+                sums["masked"] += parts.behav_masked_fraction * w
+                sums["tokens"] += w
+            grad_norms.append(backend.step(advance_schedule=False))
+    backend.advance_schedule()
     tok = sums["tokens"] or 1.0
+    passes = len(grad_norms)
     return {
-        "loss": loss_total,
+        "loss": loss_total / passes,
         "loss/pg": sums["pg"] / tok,
-        "loss/normaliser": global_norm,
+        "loss/normaliser": sum(normalisers),
         "kl": sums["kl"] / tok,
         "clip_fraction": sums["clip_fraction"] / tok,
         "ratio_mean": sums["ratio"] / tok,
         "behav_weight_mean": sums["behav"] / tok,
         "behav_masked_fraction": sums["masked"] / tok,
-        "grad_norm": grad_norm,
-        "tokens/trained": sums["tokens"],
+        "grad_norm": sum(grad_norms) / passes,
+        "grad_norm_max": max(grad_norms),
+        "optimizer_steps": float(passes),
+        "tokens/trained": sums["tokens"] / loss_cfg.ppo_epochs,
         "trajectories/trained": float(len(seqs)),
         "micro_batches": float(len(mbs)),
         "time/logprob_s": t_logprob,
