@@ -7,21 +7,14 @@ import math
 import pytest
 import torch
 
-from paravt.train.losses import kl_reward_to_go, ppo_loss
+from paravt.train.losses import LossSettings, kl_reward_to_go, ppo_loss
 from paravt.train.recipe import load_recipe
 
 
-def _loss(**kw):  # type: ignore[no-untyped-def]
-    base = dict(
-        ref_logp=None,
-        clip_eps=0.2,
-        clip_eps_high=None,
-        kl_coef=0.0,
-        aggregation="token-mean",
-        norm=3.0,
-    )
+def _settings(**kw):  # type: ignore[no-untyped-def]
+    base = dict(clip_eps=0.2, clip_eps_high=None, kl_coef=0.0, aggregation="token-mean")
     base.update(kw)
-    return base
+    return LossSettings(**base)
 
 
 def test_decoupled_loss_takes_the_ratio_to_the_proximal_policy_and_weights_by_behaviour() -> None:
@@ -30,7 +23,9 @@ def test_decoupled_loss_takes_the_ratio_to_the_proximal_policy_and_weights_by_be
     old = torch.tensor([[0.0, -1.5, -1.0, -3.0]])  # behaviour: weights e^0.5, 1, e^2 (> cap 5)
     adv = torch.ones(1, 4)
     mask = torch.tensor([[0.0, 1.0, 1.0, 1.0]])
-    parts = ppo_loss(logp, old, adv, mask, **_loss(prox_logp=prox, behav_imp_weight_cap=5.0))
+    parts = ppo_loss(
+        logp, old, adv, mask, _settings(behav_imp_weight_cap=5.0), norm=3.0, prox_logp=prox
+    )
     # ratio to prox is 1 everywhere (no clipping); token losses -w: -e^0.5, -1, and 0 (w > cap)
     assert parts.loss.item() == pytest.approx((-math.exp(0.5) - 1.0) / 3, rel=1e-6)
     assert parts.clip_fraction == 0.0
@@ -38,10 +33,10 @@ def test_decoupled_loss_takes_the_ratio_to_the_proximal_policy_and_weights_by_be
     parts.loss.backward()
     assert logp.grad is not None and logp.grad[0, 3] == 0.0  # the dropped token
     # the coupled loss would clip the behaviour mismatch as if it were policy drift
-    coupled = ppo_loss(logp.detach(), old, adv, mask, **_loss())
+    coupled = ppo_loss(logp.detach(), old, adv, mask, _settings(), norm=3.0)
     assert coupled.clip_fraction == pytest.approx(2 / 3)
     # without a cap every token keeps its weight
-    uncapped = ppo_loss(logp.detach(), old, adv, mask, **_loss(prox_logp=prox))
+    uncapped = ppo_loss(logp.detach(), old, adv, mask, _settings(), norm=3.0, prox_logp=prox)
     assert uncapped.loss.item() == pytest.approx(
         (-math.exp(0.5) - 1.0 - math.exp(2.0)) / 3, rel=1e-6
     )
@@ -61,10 +56,9 @@ def test_k1_form_adds_no_kl_term_to_the_loss() -> None:
     ref = torch.tensor([[0.0, -3.0, -3.0]])
     mask = torch.tensor([[0.0, 1.0, 1.0]])
     adv = torch.zeros(1, 3)
-    k1 = ppo_loss(
-        logp, logp.detach(), adv, mask, **_loss(ref_logp=ref, kl_coef=0.1, kl_form="k1_reward")
-    )
-    k3 = ppo_loss(logp, logp.detach(), adv, mask, **_loss(ref_logp=ref, kl_coef=0.1))
+    k1_settings = _settings(kl_coef=0.1, kl_form="k1_reward")
+    k1 = ppo_loss(logp, logp.detach(), adv, mask, k1_settings, norm=3.0, ref_logp=ref)
+    k3 = ppo_loss(logp, logp.detach(), adv, mask, _settings(kl_coef=0.1), norm=3.0, ref_logp=ref)
     assert k1.loss.item() == 0.0 and k1.kl == pytest.approx(2.0)
     assert k3.loss.item() > 0.0
 
@@ -74,7 +68,12 @@ def test_empty_sequences_keep_the_loss_connected_to_the_log_probs() -> None:
     mask = torch.zeros(2, 3)
     for aggregation in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"):
         parts = ppo_loss(
-            logp, logp.detach(), torch.ones(2, 3), mask, **_loss(aggregation=aggregation)
+            logp,
+            logp.detach(),
+            torch.ones(2, 3),
+            mask,
+            _settings(aggregation=aggregation),
+            norm=3.0,
         )
         assert parts.loss.requires_grad  # backward reaches the model: a filler pass is symmetric
 

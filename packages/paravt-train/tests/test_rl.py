@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from paravt.train.losses import k3_kl, ppo_loss, step_normaliser
+from paravt.train.losses import LossSettings, k3_kl, ppo_loss, step_normaliser
 from paravt.train.recipe import load_recipe
 from paravt.train.rl import NoSignalWatch, train_rl, zero_groups_frac
 
@@ -158,12 +158,9 @@ def test_the_ppo_loss_clips_the_ratio_and_the_k3_kl_is_zero_at_the_reference() -
         old,
         adv,
         mask,
-        ref_logp=logp.detach(),
-        clip_eps=0.2,
-        clip_eps_high=None,
-        kl_coef=0.1,
-        aggregation="token-mean",
+        LossSettings(clip_eps=0.2, clip_eps_high=None, kl_coef=0.1, aggregation="token-mean"),
         norm=3.0,
+        ref_logp=logp.detach(),
     )
     # token losses: -1, -min(e, 1.2) = -1.2, -exp(-0.5) (unclipped on the low side for A > 0)
     expected = (-1.0 - 1.2 - math.exp(-0.5)) / 3

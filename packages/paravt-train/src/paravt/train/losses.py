@@ -96,30 +96,42 @@ def step_normaliser(aggregation: str, masks: list[list[int]]) -> float:
     return float(sum(1 for m in masks if any(m))) or 1.0
 
 
+@dataclass(frozen=True)
+class LossSettings:
+    """What `ppo_loss` is set by (the recipe's `loss` section: `LossSpec`): the clip epsilons
+    (`clip_eps_high` None: `clip_eps` on both sides), the KL weight and form, the aggregation
+    (`AGGREGATIONS`) and the decoupled loss's cap on behaviour weights (None: no cap)."""
+
+    clip_eps: float
+    clip_eps_high: float | None
+    kl_coef: float
+    aggregation: str
+    behav_imp_weight_cap: float | None = None
+    kl_form: str = "k3_loss"
+
+
 def ppo_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
+    settings: LossSettings,
     *,
-    ref_logp: torch.Tensor | None,
-    clip_eps: float,
-    clip_eps_high: float | None,
-    kl_coef: float,
-    aggregation: str,
     norm: float,
+    ref_logp: torch.Tensor | None = None,
     prox_logp: torch.Tensor | None = None,
-    behav_imp_weight_cap: float | None = None,
-    kl_form: str = "k3_loss",
 ) -> LossParts:
-    """The loss of one micro-batch (tensors of shape (B, T); `mask` 1 on trained tokens).
+    """The loss of one micro-batch (tensors of shape (B, T); `mask` 1 on trained tokens), divided
+    by the step normaliser `norm`.
 
-    `prox_logp` switches on the decoupled loss (see module docstring); `behav_imp_weight_cap`
-    (None: no cap) drops tokens whose behaviour weight exceeds it. With `kl_form="k1_reward"` the
-    KL is already in `advantages` and `ref_logp` is only reported.
+    `prox_logp` switches on the decoupled loss (see module docstring), where tokens whose
+    behaviour weight exceeds `settings.behav_imp_weight_cap` are dropped. `ref_logp` (None: no
+    KL) enters the loss with `kl_form="k3_loss"`; with `"k1_reward"` the KL is already in
+    `advantages` and `ref_logp` is only reported.
     """
-    reduce = AGGREGATIONS[aggregation][0]
-    high = clip_eps if clip_eps_high is None else clip_eps_high
+    clip_eps, kl_coef, cap = settings.clip_eps, settings.kl_coef, settings.behav_imp_weight_cap
+    reduce = AGGREGATIONS[settings.aggregation][0]
+    high = clip_eps if settings.clip_eps_high is None else settings.clip_eps_high
     anchor = old_logp if prox_logp is None else prox_logp
     log_ratio = (logp - anchor).clamp(-20.0, 20.0)
     ratio = torch.exp(log_ratio)
@@ -132,8 +144,8 @@ def ppo_loss(
         with torch.no_grad():
             behav = torch.exp((prox_logp - old_logp).clamp(-20.0, 20.0))
             keep = torch.ones_like(behav, dtype=torch.bool)
-            if behav_imp_weight_cap is not None:
-                keep = behav <= behav_imp_weight_cap
+            if cap is not None:
+                keep = behav <= cap
             weight = torch.where(keep, behav, torch.zeros_like(behav))
             behav_mean = float((behav * mask).sum() / n_tok)
             behav_masked = float(((~keep).float() * mask).sum() / n_tok)
@@ -141,7 +153,7 @@ def ppo_loss(
     total = pg
     kl_value = 0.0
     if ref_logp is not None and kl_coef > 0:
-        if kl_form == "k3_loss":
+        if settings.kl_form == "k3_loss":
             kl = k3_kl(logp, ref_logp)
             total = pg + kl_coef * kl
         else:

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from paravt.train.distributed import Backend
-from paravt.train.losses import kl_reward_to_go, ppo_loss, step_normaliser
+from paravt.train.losses import LossSettings, kl_reward_to_go, ppo_loss, step_normaliser
 from paravt.train.modeling import (
     Sequence_,
     balance_micro_batches,
@@ -19,7 +19,7 @@ from paravt.train.modeling import (
     token_logprobs,
 )
 from paravt.train.process_group import all_reduce_sum
-from paravt.train.recipe import RLRecipe
+from paravt.train.recipe import LossSpec, RLRecipe
 
 log = logging.getLogger("paravt.train")
 
@@ -38,8 +38,10 @@ def logprob_pass(
     backend: Backend,
     ref_model: Any,
     mbs: list[list[Sequence_]],
-    recipe: RLRecipe,
+    loss_cfg: LossSpec,
     *,
+    temperature: float,
+    chunk: int,
     pad_id: int,
     image_id: int,
     device: torch.device,
@@ -48,9 +50,6 @@ def logprob_pass(
     for the decoupled loss) and the reference's (for the KL), stored on each sequence at its
     trained positions. Forward passes on sharded models are collectives: every rank runs the
     same (balanced) micro-batches."""
-    loss_cfg = recipe.loss
-    temperature = recipe.rollout.temperature or 1.0
-    chunk = recipe.model.logprob_chunk_tokens
     need_ref = ref_model is not None and loss_cfg.kl_coef > 0
     if not (loss_cfg.decoupled or need_ref):
         return
@@ -84,6 +83,18 @@ def add_kl_reward(seqs: list[Sequence_], kl_coef: float) -> None:
             continue
         kl = kl_reward_to_go(s.old_logprobs, s.ref_logprobs, s.mask, kl_coef)
         s.advantages = [a + k for a, k in zip(s.advantages, kl)]
+
+
+def loss_settings(loss_cfg: LossSpec) -> LossSettings:
+    """The settings `ppo_loss` reads from the recipe's `loss` section."""
+    return LossSettings(
+        clip_eps=loss_cfg.clip_eps,
+        clip_eps_high=loss_cfg.clip_eps_high,
+        kl_coef=loss_cfg.kl_coef,
+        aggregation=loss_cfg.aggregation,
+        behav_imp_weight_cap=loss_cfg.behav_imp_weight_cap,
+        kl_form=loss_cfg.kl_form,
+    )
 
 
 def mini_batch_slices(count: int, parts: int) -> list[slice]:
@@ -130,7 +141,17 @@ def ppo_update(
     mbs = _micro_batches(seqs, loss_cfg.micro_batch_size, filler, world)
     backend.model.train()
     t0 = time.perf_counter()
-    logprob_pass(backend, ref_model, mbs, recipe, pad_id=pad_id, image_id=image_id, device=device)
+    logprob_pass(
+        backend,
+        ref_model,
+        mbs,
+        loss_cfg,
+        temperature=temperature,
+        chunk=chunk,
+        pad_id=pad_id,
+        image_id=image_id,
+        device=device,
+    )
     t_logprob = time.perf_counter() - t0
     kl_in_reward = loss_cfg.kl_form == "k1_reward" and ref_model is not None
     if kl_in_reward and loss_cfg.kl_coef > 0:
@@ -148,6 +169,7 @@ def ppo_update(
     grad_norms: list[float] = []
     module = backend.forward_module()
     use_ref = ref_model is not None and loss_cfg.kl_coef > 0
+    settings = loss_settings(loss_cfg)
     for _ in range(loss_cfg.ppo_epochs):
         for sl, global_norm in zip(slices, normalisers):
             norm = max(global_norm, 1.0) / backend.grad_average_ranks
@@ -162,15 +184,10 @@ def ppo_update(
                     batch["old_logprobs"],
                     batch["advantages"],
                     mask,
-                    ref_logp=batch["ref_logprobs"] if use_ref else None,
-                    clip_eps=loss_cfg.clip_eps,
-                    clip_eps_high=loss_cfg.clip_eps_high,
-                    kl_coef=loss_cfg.kl_coef,
-                    aggregation=loss_cfg.aggregation,
+                    settings,
                     norm=norm,
+                    ref_logp=batch["ref_logprobs"] if use_ref else None,
                     prox_logp=batch["prox_logprobs"] if loss_cfg.decoupled else None,
-                    behav_imp_weight_cap=loss_cfg.behav_imp_weight_cap,
-                    kl_form=loss_cfg.kl_form,
                 )
                 backend.backward(parts.loss, last=k == len(part) - 1)
                 loss_total += float(parts.loss.detach())
