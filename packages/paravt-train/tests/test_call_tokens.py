@@ -46,7 +46,7 @@ def recipe(tmp_path: Path, *extra: str):  # type: ignore[no-untyped-def]
 )
 def test_the_parts_on_tokens_follow_the_recipe(tmp_path: Path, extra, expected) -> None:  # type: ignore[no-untyped-def]
     r = recipe(tmp_path, *extra)
-    assert token_parts(r, r.reward.build()) == expected
+    assert token_parts(r.advantage, r.reward.build()) == expected
 
 
 def test_sequence_anchoring_charges_the_cut_call_on_its_own_tags(tmp_path: Path) -> None:
@@ -55,7 +55,7 @@ def test_sequence_anchoring_charges_the_cut_call_on_its_own_tags(tmp_path: Path)
     parsed = parse_response(CUT)
     # one (start, end) span per character: token i is character i
     offsets = [(i, i + 1) for i in range(len(CUT))]
-    parts = {p.name: p for p in _anchor_parts(parsed, offsets, config, r)}
+    parts = {p.name: p for p in _anchor_parts(parsed, offsets, config, r.advantage)}
     # no think/answer part (those stay in the scalar), no format issues part (off by default)
     assert set(parts) == {"tool_calls", "broken_calls"}
     assert parts["broken_calls"].value == pytest.approx(-0.3 * config.lambda_anchor)
@@ -81,14 +81,14 @@ def test_no_credit_without_charges_on_tokens_is_refused(tmp_path: Path) -> None:
         "advantage.no_credit_on_issues=true",
         "reward.overrides.anchor_format_issues=true",
     )
-    assert token_parts(r, r.reward.build()) == CALL_PARTS
+    assert token_parts(r.advantage, r.reward.build()) == CALL_PARTS
 
 
 def test_without_the_switch_sequence_anchoring_places_nothing(tmp_path: Path) -> None:
     r = recipe(tmp_path)
     parsed = parse_response(CUT)
     offsets = [(i, i + 1) for i in range(len(CUT))]
-    assert _anchor_parts(parsed, offsets, r.reward.build(), r) == []
+    assert _anchor_parts(parsed, offsets, r.reward.build(), r.advantage) == []
 
 
 # two crops, then the turn runs on past its calls until the token limit cuts it
@@ -107,14 +107,14 @@ def test_a_turn_that_runs_on_after_its_calls_is_charged_on_the_run_on_text(
     config: RewardConfig = r.reward.build()
     parsed = parse_response(RUNON)
     offsets = [(i, i + 1) for i in range(len(RUNON))]
-    parts = {p.name: p for p in _anchor_parts(parsed, offsets, config, r)}
+    parts = {p.name: p for p in _anchor_parts(parsed, offsets, config, r.advantage)}
     assert set(parts) == {"tool_calls", "format_issues"}  # both calls are well formed
     assert parts["format_issues"].value == pytest.approx(-0.3 * config.lambda_anchor)
     charged = "".join(RUNON[i] for i in parts["format_issues"].tokens)
     assert charged == "no square.</think><answer>blue"
     # off by default: the same turn under the recipe's reward places nothing there
     plain = recipe(tmp_path, "reward.overrides.anchor_tool_calls=true")
-    names = {p.name for p in _anchor_parts(parsed, offsets, plain.reward.build(), plain)}
+    names = {p.name for p in _anchor_parts(parsed, offsets, plain.reward.build(), plain.advantage)}
     assert names == {"tool_calls"}
 
 
@@ -133,12 +133,12 @@ def test_charged_tokens_get_no_positive_outcome_credit(
 
     seen: list[tuple[list[float], set[int], float]] = []
 
-    def recording(ro, recipe, engine, reward_config):  # type: ignore[no-untyped-def]
-        seqs = scoring.training_sequences(ro, recipe, engine, reward_config)
-        prefix = "<think>\n" if recipe.rollout.think_prefix else ""
+    def recording(ro, engine, reward_config, advantage, **kw):  # type: ignore[no-untyped-def]
+        seqs = scoring.training_sequences(ro, engine, reward_config, advantage, **kw)
+        prefix = "<think>\n" if kw["think_prefix"] else ""
         for ep, scale in zip(ro.episodes, ro.anchor_scales):
             main = next(s for s in seqs if s.token_ids is ep.main.token_ids)
-            parts = scoring._episode_anchor_parts(ep, engine, prefix, reward_config, recipe)
+            parts = scoring._episode_anchor_parts(ep, engine, prefix, reward_config, advantage)
             charged = {i for _, value, toks in parts if value < 0 for i in toks}
             seen.append((list(main.advantages or []), charged, scale))
         return seqs

@@ -191,8 +191,8 @@ def test_token_level_anchoring_trains_with_anchor_credit_in_the_advantage_units(
 
     seen: list[tuple[list[float], list[float], float]] = []
 
-    def recording(ro, recipe, engine, reward_config):  # type: ignore[no-untyped-def]
-        seqs = scoring.training_sequences(ro, recipe, engine, reward_config)
+    def recording(ro, engine, reward_config, advantage, **kw):  # type: ignore[no-untyped-def]
+        seqs = scoring.training_sequences(ro, engine, reward_config, advantage, **kw)
         for ep, adv in zip(ro.episodes, ro.advantages):
             main = next(s for s in seqs if s.token_ids is ep.main.token_ids)
             seen.append((list(main.advantages or []), list(ro.anchor_scales), adv))

@@ -39,7 +39,7 @@ def test_an_rl_recipe_records_its_frames_budgets_modes_and_limits(tmp_path: Path
     # the context window is the environment's, so evaluation gets it; the episode budget is a
     # training limit (the rollouts' agent config has both)
     assert protocol.max_context_tokens == 496 and config.max_context_tokens == 496
-    rollouts = agent_config(recipe, seed=0)
+    rollouts = agent_config(recipe.rollout, recipe.video.max_crop_frames, seed=0)
     assert (rollouts.max_context_tokens, rollouts.max_episode_tokens) == (496, 300)
 
     final = tmp_path / "final"

@@ -20,17 +20,18 @@ from paravt.core import (
     render_frames,
     run_episodes_sync,
 )
-from paravt.train.recipe import RLRecipe
+from paravt.train.recipe import RLRecipe, RolloutSpec
 
 log = logging.getLogger("paravt.train")
 
 
-def agent_config(recipe: RLRecipe, *, seed: int | None) -> AgentConfig:
-    r = recipe.rollout
+def agent_config(r: RolloutSpec, max_crop_frames: int, *, seed: int | None) -> AgentConfig:
+    """The agent runtime's settings of a rollout section (`max_crop_frames`: the video
+    section's), sampling with `seed` (the sub-agents with `seed + 1`)."""
     return AgentConfig(
         # the section's EpisodeSettings fields, as declared once in paravt-core
         **r.model_dump(include=set(EpisodeSettings.model_fields)),
-        max_num_frames=recipe.video.max_crop_frames,
+        max_num_frames=max_crop_frames,
         sampling=SamplingParams(
             max_new_tokens=r.max_new_tokens,
             temperature=r.temperature,
@@ -49,11 +50,10 @@ def agent_config(recipe: RLRecipe, *, seed: int | None) -> AgentConfig:
 
 
 def prompt_messages(
-    example: Any, overview: Sequence[Any], duration_s: float, recipe: RLRecipe
+    example: Any, overview: Sequence[Any], duration_s: float, r: RolloutSpec
 ) -> list[Message]:
     """The main agent's first prompt: the row's system prompt (or ours), the overview frames with
     their timestamps where the row's `<video>` placeholder was, and the question."""
-    r = recipe.rollout
     if example.system is None:
         return build_main_prompt(
             example.question,
@@ -99,23 +99,26 @@ def rollout(
     seed: int | None,
 ) -> Rollouts:
     """`group_size` agent episodes per example (consecutive), with gated overview budgets."""
-    tasks, per_episode, budgets = rollout_tasks(examples, frames, gate, recipe, epoch=epoch)
-    episodes = run_episodes_sync(tasks, engine, agent_config(recipe, seed=seed))
+    r = recipe.rollout
+    tasks, per_episode, budgets = rollout_tasks(examples, frames, gate, r, epoch=epoch)
+    config = agent_config(r, recipe.video.max_crop_frames, seed=seed)
+    episodes = run_episodes_sync(tasks, engine, config)
     return Rollouts(episodes, per_episode, budgets)
 
 
 def rollout_tasks(
-    examples: Sequence[Any], frames: Any, gate: Any, recipe: RLRecipe, *, epoch: int
+    examples: Sequence[Any], frames: Any, gate: Any, r: RolloutSpec, *, epoch: int
 ) -> tuple[list[AgentTask], list[Any], list[int]]:
-    """The agent tasks of `rollout` (overviews decoded), each episode's example and budget."""
+    """The agent tasks of `rollout` (overviews decoded; `r.group_size` episodes per example),
+    each episode's example and budget."""
     tasks: list[AgentTask] = []
     per_episode: list[Any] = []
     budgets: list[int] = []
     for ex in examples:
         k = gate.budget(ex.key, epoch)
         overview, duration_s = frames.overview(ex.video, k)
-        messages = prompt_messages(ex, overview, duration_s, recipe)
-        for j in range(recipe.rollout.group_size):
+        messages = prompt_messages(ex, overview, duration_s, r)
+        for j in range(r.group_size):
             tasks.append(
                 AgentTask(f"{ex.key}#{j}", messages, frames.toolbox(ex.video), ex.question)
             )

@@ -202,12 +202,12 @@ def rollout_producer(
     def prepare(step: int) -> PreparedStep:
         epoch, batch_examples, seed = plan(step)
         tasks, per_episode, budgets = rollout_tasks(
-            batch_examples, frames, gate, recipe, epoch=epoch
+            batch_examples, frames, gate, recipe.rollout, epoch=epoch
         )
         return PreparedStep(epoch, seed, tasks, per_episode, budgets)
 
     async def generate(prepared: PreparedStep) -> list[Episode]:
-        config = agent_config(recipe, seed=prepared.seed)
+        config = agent_config(recipe.rollout, recipe.video.max_crop_frames, seed=prepared.seed)
         return await run_episodes(prepared.tasks, engine, config)
 
     log.info(
@@ -336,7 +336,15 @@ def rl_step(rl: RLSetup, step: int) -> tuple[dict[str, float], Rollouts]:
     rollouts, epoch, producer_metrics = step_rollouts(rl, step)
     rolled_out = time.perf_counter()
     score_rollouts(rollouts, rl.reward_config, recipe)
-    sequences = training_sequences(rollouts, recipe, rl.encoder, rl.reward_config)
+    sequences = training_sequences(
+        rollouts,
+        rl.encoder,
+        rl.reward_config,
+        recipe.advantage,
+        group_size=recipe.rollout.group_size,
+        think_prefix=recipe.rollout.think_prefix,
+        include_subagents=recipe.loss.include_subagents_in_loss,
+    )
     scored = time.perf_counter()
     publisher.before_update()
     update_metrics = ppo_update(
@@ -354,7 +362,7 @@ def rl_step(rl: RLSetup, step: int) -> tuple[dict[str, float], Rollouts]:
         rl.producer.set_version(publisher.step)  # later steps may start on these weights
     metrics = step_metrics(
         rollouts,
-        recipe,
+        recipe.rollout.group_size,
         update_metrics=update_metrics,
         sync_metrics=sync_metrics,
         engine_metrics=publisher.metrics(),

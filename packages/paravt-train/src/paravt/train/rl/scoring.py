@@ -24,7 +24,7 @@ from paravt.train.modeling import (
     Sequence_,
 )
 from paravt.train.process_group import all_gather_floats
-from paravt.train.recipe import RLRecipe
+from paravt.train.recipe import AdvantageSpec, RLRecipe
 from paravt.train.rl.rollouts import (
     Rollouts,
 )
@@ -55,7 +55,7 @@ def score_rollouts(ro: Rollouts, reward_config: Any, recipe: RLRecipe) -> None:
         batch_norm=a.batch_norm,
     )
     totals = [r.total for r in ro.rewards]
-    if token_parts(recipe, reward_config):
+    if token_parts(recipe.advantage, reward_config):
         # The anchor term enters the advantage in the advantage's own units: the advantages are
         # computed on reward + anchor total (as sequence-level anchoring would), and
         # `training_sequences` moves the anchor's share onto the tokens that earned it, each
@@ -71,7 +71,7 @@ def score_rollouts(ro: Rollouts, reward_config: Any, recipe: RLRecipe) -> None:
             else sum(
                 p.value
                 for t in ep.turns
-                for p in _anchor_parts(t.parsed, [], reward_config, recipe)
+                for p in _anchor_parts(t.parsed, [], reward_config, recipe.advantage)
             )
             for ep, r in zip(ro.episodes, ro.rewards)
         ]
@@ -85,13 +85,13 @@ CALL_PARTS = frozenset({"tool_calls", "broken_calls", "format_issues"})
 ALL_PARTS = frozenset({"close_think", "flow", "unclosed_think", *CALL_PARTS})
 
 
-def token_parts(recipe: RLRecipe, reward_config: Any) -> frozenset[str] | None:
+def token_parts(advantage: AdvantageSpec, reward_config: Any) -> frozenset[str] | None:
     """Which anchor parts go on their tokens: all of them with token-level anchoring; with
     sequence anchoring and `anchor_tool_calls` / `anchor_format_issues`, only the parts the
     reference's scalar has not (+0.3 on the tags of a well-formed call, -0.3 on those of a broken
     one, -0.3 on the spans of the parser's other issues, times lambda_anchor), the rest staying
     in the scalar as the reference has it; None: none."""
-    if recipe.advantage.token_level_anchoring:
+    if advantage.token_level_anchoring:
         return ALL_PARTS
     extra = reward_config.anchor_tool_calls or reward_config.anchor_format_issues
     if extra and reward_config.lambda_anchor > 0:
@@ -100,9 +100,12 @@ def token_parts(recipe: RLRecipe, reward_config: Any) -> frozenset[str] | None:
 
 
 def _anchor_parts(
-    parsed: Any, offsets: Sequence[tuple[int, int]], reward_config: Any, recipe: RLRecipe
+    parsed: Any,
+    offsets: Sequence[tuple[int, int]],
+    reward_config: Any,
+    advantage: AdvantageSpec,
 ) -> Any:
-    names = token_parts(recipe, reward_config) or frozenset()
+    names = token_parts(advantage, reward_config) or frozenset()
     # (names: paravt.rewards.anchoring.AnchorPart.name)
     parts = anchor_token_parts(
         parsed,
@@ -163,7 +166,7 @@ def _turn_offsets(engine: Any, ids: Sequence[int], prefix: str) -> list[tuple[in
 
 
 def _episode_anchor_parts(
-    ep: Any, engine: Any, prefix: str, reward_config: Any, recipe: RLRecipe
+    ep: Any, engine: Any, prefix: str, reward_config: Any, advantage: AdvantageSpec
 ) -> list[Any]:
     """The anchor parts of every turn of `ep`, their tokens as indices of the main trajectory."""
     main = ep.main
@@ -178,7 +181,7 @@ def _episode_anchor_parts(
     parts = []
     for (s, e), turn in zip(runs, ep.turns):
         offsets = _turn_offsets(engine, main.token_ids[s:e], prefix)
-        for part in _anchor_parts(turn.parsed, offsets, reward_config, recipe):
+        for part in _anchor_parts(turn.parsed, offsets, reward_config, advantage):
             parts.append((part.name, part.value, [s + i for i in part.tokens]))
     return parts
 
@@ -189,28 +192,37 @@ def cut_turn(ep: Any) -> bool:
 
 
 def training_sequences(
-    ro: Rollouts, recipe: RLRecipe, engine: Any, reward_config: Any
+    ro: Rollouts,
+    engine: Any,
+    reward_config: Any,
+    advantage: AdvantageSpec,
+    *,
+    group_size: int,
+    think_prefix: bool,
+    include_subagents: bool,
 ) -> list[Sequence_]:
-    """Main (and optionally sub-agent) trajectories with their per-token advantages."""
+    """Main (and, with `include_subagents`, sub-agent) trajectories with their per-token
+    advantages (`advantage`: the recipe's section; `group_size` and `think_prefix`: the
+    rollout's; `include_subagents`: `loss.include_subagents_in_loss`)."""
 
     seqs: list[Sequence_] = []
-    prefix = "<think>\n" if recipe.rollout.think_prefix else ""
-    token_anchoring = token_parts(recipe, reward_config) is not None
+    prefix = "<think>\n" if think_prefix else ""
+    token_anchoring = token_parts(advantage, reward_config) is not None
     if token_anchoring:
         parts = [
             []
             if "format_not_parsed" in r.flags
-            else _episode_anchor_parts(ep, engine, prefix, reward_config, recipe)
+            else _episode_anchor_parts(ep, engine, prefix, reward_config, advantage)
             for ep, r in zip(ro.episodes, ro.rewards)
         ]
-        credits, shares = anchor_advantages(parts, ro.anchor_scales, recipe.rollout.group_size)
+        credits, shares = anchor_advantages(parts, ro.anchor_scales, group_size)
         charged = [{i for _, value, toks in ps if value < 0 for i in toks} for ps in parts]
     for n, (ep, adv) in enumerate(zip(ro.episodes, ro.advantages)):
         main = ep.main
         if token_anchoring:
             # the outcome's share on every token, each anchor part's credit on its own tokens
             advs = [adv - shares[n]] * len(main.token_ids)
-            if recipe.advantage.no_credit_on_issues:
+            if advantage.no_credit_on_issues:
                 for i in charged[n]:  # a charged token is never pushed up by its episode
                     advs[i] = min(advs[i], 0.0)
             for i, c in credits[n].items():
@@ -218,7 +230,7 @@ def training_sequences(
         else:
             advs = [adv] * len(main.token_ids)
         seqs.append(Sequence_(main.token_ids, main.loss_mask, main.media, main.logprobs, advs))
-        if recipe.loss.include_subagents_in_loss:
+        if include_subagents:
             for sub in ep.subagents:
                 seqs.append(
                     Sequence_(

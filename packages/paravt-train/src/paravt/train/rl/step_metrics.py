@@ -7,7 +7,6 @@ import math
 from typing import NamedTuple
 
 from paravt.train.process_group import all_reduce_mean
-from paravt.train.recipe import RLRecipe
 from paravt.train.rl.rollouts import Rollouts
 from paravt.train.rl.scoring import episode_metrics, zero_groups_frac
 
@@ -36,7 +35,7 @@ class StepTimes(NamedTuple):
 
 def step_metrics(
     rollouts: Rollouts,
-    recipe: RLRecipe,
+    group_size: int,
     *,
     update_metrics: dict[str, float],
     sync_metrics: dict[str, float],
@@ -50,7 +49,7 @@ def step_metrics(
     (asynchronous runs) and the rollout engine's."""
     metrics = episode_metrics(rollouts)
     metrics["advantage/zero_groups_frac"] = zero_groups_frac(
-        [r.total for r in rollouts.rewards], recipe.rollout.group_size
+        [r.total for r in rollouts.rewards], group_size
     )
     metrics |= update_metrics
     metrics |= sync_metrics
