@@ -137,8 +137,10 @@ def ppo_update(
     loss_cfg = recipe.loss
     temperature = recipe.rollout.temperature or 1.0
     chunk = recipe.model.logprob_chunk_tokens
+    settings = loss_settings(loss_cfg)
     world = backend.world_size
     mbs = _micro_batches(seqs, loss_cfg.micro_batch_size, filler, world)
+    slices = mini_batch_slices(len(mbs), loss_cfg.ppo_mini_batches)
     backend.model.train()
     t0 = time.perf_counter()
     logprob_pass(
@@ -156,7 +158,6 @@ def ppo_update(
     kl_in_reward = loss_cfg.kl_form == "k1_reward" and ref_model is not None
     if kl_in_reward and loss_cfg.kl_coef > 0:
         add_kl_reward(seqs, loss_cfg.kl_coef)
-    slices = mini_batch_slices(len(mbs), loss_cfg.ppo_mini_batches)
     # one all-reduce for every mini-batch's normaliser (the same count on every rank)
     normalisers = all_reduce_sum(
         [
@@ -169,7 +170,6 @@ def ppo_update(
     grad_norms: list[float] = []
     module = backend.forward_module()
     use_ref = ref_model is not None and loss_cfg.kl_coef > 0
-    settings = loss_settings(loss_cfg)
     for _ in range(loss_cfg.ppo_epochs):
         for sl, global_norm in zip(slices, normalisers):
             norm = max(global_norm, 1.0) / backend.grad_average_ranks
