@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import fields
 from itertools import pairwise
 from typing import Any
 
@@ -86,15 +87,9 @@ def add_kl_reward(seqs: list[Sequence_], kl_coef: float) -> None:
 
 
 def loss_settings(loss_cfg: LossSpec) -> LossSettings:
-    """The settings `ppo_loss` reads from the recipe's `loss` section."""
-    return LossSettings(
-        clip_eps=loss_cfg.clip_eps,
-        clip_eps_high=loss_cfg.clip_eps_high,
-        kl_coef=loss_cfg.kl_coef,
-        aggregation=loss_cfg.aggregation,
-        behav_imp_weight_cap=loss_cfg.behav_imp_weight_cap,
-        kl_form=loss_cfg.kl_form,
-    )
+    """The settings `ppo_loss` reads from the recipe's `loss` section: its fields of the same
+    names."""
+    return LossSettings(**loss_cfg.model_dump(include={f.name for f in fields(LossSettings)}))
 
 
 def mini_batch_slices(count: int, parts: int) -> list[slice]:
