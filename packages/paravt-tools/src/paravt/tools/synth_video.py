@@ -198,10 +198,8 @@ def plan_video(config: SynthConfig, seed: int, index: int) -> VideoSpec:
         y0 = int(rng.integers(0, config.height - s + 1))
         return x0, y0, x0 + s, y0 + s
 
-    if config.layout == "single":
-        colour = OPTIONS[int(rng.integers(len(OPTIONS)))]
-        t0 = _snap(rng.uniform(0.5, d - config.needle_s - 0.5), fps)
-        target = Event("needle", t0, _snap(t0 + config.needle_s, fps), colour, square())
+    def planned(cue: Event, target: Event, distractors: tuple[Event, ...]) -> VideoSpec:
+        """The video with these events (its background drawn last from `rng`)."""
         return VideoSpec(
             video_id=f"synth_{seed:04d}_{index:05d}",
             duration_s=num_frames / fps,
@@ -209,12 +207,18 @@ def plan_video(config: SynthConfig, seed: int, index: int) -> VideoSpec:
             width=config.width,
             height=config.height,
             num_frames=num_frames,
-            cue=Event("cue", 0.0, 0.0),  # never active
+            cue=cue,
             target=target,
-            distractors=(),
+            distractors=distractors,
             background=_background(rng),
-            layout="single",
+            layout=config.layout,
         )
+
+    if config.layout == "single":
+        colour = OPTIONS[int(rng.integers(len(OPTIONS)))]
+        t0 = _snap(rng.uniform(0.5, d - config.needle_s - 0.5), fps)
+        target = Event("needle", t0, _snap(t0 + config.needle_s, fps), colour, square())
+        return planned(Event("cue", 0.0, 0.0), target, ())  # the cue is never active
 
     span = config.cue_s + config.max_gap_s + config.needle_s
     cue_start = _snap(rng.uniform(0.05 * d, max(0.05 * d, d - span - 2.0)), fps)
@@ -237,19 +241,7 @@ def plan_video(config: SynthConfig, seed: int, index: int) -> VideoSpec:
                 busy.append((s, e))
                 break
     distractors.sort(key=lambda ev: ev.start_s)
-    background = _background(rng)
-    return VideoSpec(
-        video_id=f"synth_{seed:04d}_{index:05d}",
-        duration_s=num_frames / fps,
-        fps=fps,
-        width=config.width,
-        height=config.height,
-        num_frames=num_frames,
-        cue=cue,
-        target=target,
-        distractors=tuple(distractors),
-        background=background,
-    )
+    return planned(cue, target, tuple(distractors))
 
 
 def render_frames(spec: VideoSpec, start: int, count: int) -> np.ndarray:
