@@ -85,7 +85,10 @@ def main() -> None:
     )
     prefix = "<think>\n" if recipe.rollout.think_prefix else ""
 
-    parts = [_episode_anchor_parts(ep, engine, prefix, reward_config, recipe) for ep in ro.episodes]
+    parts = [
+        _episode_anchor_parts(ep, engine, prefix, reward_config, recipe.advantage)
+        for ep in ro.episodes
+    ]
     credits, shares = anchor_advantages(parts, ro.anchor_scales, recipe.rollout.group_size)
 
     before_terms: list[float] = []
