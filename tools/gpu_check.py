@@ -588,14 +588,14 @@ class AuditedBackend(Backend):
         self.grads: dict[str, Any] = {}
         super().__init__(*args, **kwargs)
 
-    def step(self) -> float:
+    def step(self, **kwargs: Any) -> float:
         grads = [_local(p.grad) for p in self.model.parameters() if p.grad is not None]
         self.grads = {
             "grads": len(grads),
             "grads_off_device": sum(g.device.type != self.device_type for g in grads),
             "grad_dtypes": dict(Counter(str(g.dtype).replace("torch.", "") for g in grads)),
         }
-        return super().step()
+        return super().step(**kwargs)
 
 
 # --------------------------------------------------------------------------------------------------

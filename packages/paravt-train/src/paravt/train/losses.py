@@ -88,12 +88,15 @@ AGGREGATIONS: dict[str, tuple[Callable[[torch.Tensor, torch.Tensor], torch.Tenso
 
 
 def step_normaliser(aggregation: str, masks: list[list[int]]) -> float:
-    """What the summed micro-batch losses of one step are divided by (over `masks`; the trainer
-    sums it over ranks: `paravt.train.process_group.all_reduce_sum`)."""
+    """What the summed micro-batch losses of one step are divided by, over `masks`: trained
+    tokens or trained sequences, 0 for none. The trainer sums it over ranks
+    (`paravt.train.process_group.all_reduce_sum`) and only then guards against 0: a rank with
+    nothing to train adds nothing (a floor of 1 per rank would make the global divisor one too
+    large for each such rank)."""
     unit = AGGREGATIONS[aggregation][1]
     if unit == "tokens":
-        return float(sum(sum(m) for m in masks)) or 1.0
-    return float(sum(1 for m in masks if any(m))) or 1.0
+        return float(sum(sum(m) for m in masks))
+    return float(sum(1 for m in masks if any(m)))
 
 
 @dataclass(frozen=True)

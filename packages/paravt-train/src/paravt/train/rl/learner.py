@@ -167,6 +167,8 @@ def ppo_update(
     use_ref = ref_model is not None and loss_cfg.kl_coef > 0
     for _ in range(loss_cfg.ppo_epochs):
         for sl, global_norm in zip(slices, normalisers):
+            if global_norm == 0:  # no rank trains a token of it: no step (AdamW's momentum and
+                continue  # decay would move the weights all the same); the same on every rank
             norm = max(global_norm, 1.0) / backend.grad_average_ranks
             part = mbs[sl]
             for k, mb in enumerate(part):
@@ -197,7 +199,7 @@ def ppo_update(
             grad_norms.append(backend.step(advance_schedule=False))
     backend.advance_schedule()
     tok = sums["tokens"] or 1.0
-    passes = len(grad_norms)
+    passes = len(grad_norms) or 1
     return {
         "loss": loss_total / passes,
         "loss/pg": sums["pg"] / tok,
@@ -208,8 +210,8 @@ def ppo_update(
         "behav_weight_mean": sums["behav"] / tok,
         "behav_masked_fraction": sums["masked"] / tok,
         "grad_norm": sum(grad_norms) / passes,
-        "grad_norm_max": max(grad_norms),
-        "optimizer_steps": float(passes),
+        "grad_norm_max": max(grad_norms, default=0.0),
+        "optimizer_steps": float(len(grad_norms)),
         "tokens/trained": sums["tokens"] / loss_cfg.ppo_epochs,
         "trajectories/trained": float(len(seqs)),
         "micro_batches": float(len(mbs)),
