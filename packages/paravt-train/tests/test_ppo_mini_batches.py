@@ -96,3 +96,15 @@ def test_one_mini_batch_never_clips_and_several_do_with_one_schedule_step(
     # every trajectory trained once per epoch in both
     assert one["tokens/trained"] == three["tokens/trained"]
     assert one["micro_batches"] == three["micro_batches"] == 3
+
+
+def test_more_mini_batches_than_micro_batches_says_so_and_steps_once_per_micro_batch(
+    tiny_model_path: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from paravt.train.rl import learner
+
+    learner._warned_fewer_steps.clear()
+    with caplog.at_level("WARNING", logger="paravt.train"):
+        metrics, _ = _update(tiny_model_path, tmp_path, 5)
+    assert metrics["optimizer_steps"] == 3
+    assert "loss.ppo_mini_batches=5, but this step has 3 micro-batches" in caplog.text

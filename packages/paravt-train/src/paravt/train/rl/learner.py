@@ -23,6 +23,7 @@ from paravt.train.process_group import all_reduce_sum
 from paravt.train.recipe import LossSpec, RLRecipe
 
 log = logging.getLogger("paravt.train")
+_warned_fewer_steps: list[bool] = []  # `ppo_update` said once that mini-batches were fewer
 
 
 def _micro_batches(
@@ -136,6 +137,17 @@ def ppo_update(
     world = backend.world_size
     mbs = _micro_batches(seqs, loss_cfg.micro_batch_size, filler, world)
     slices = mini_batch_slices(len(mbs), loss_cfg.ppo_mini_batches)
+    if len(slices) < loss_cfg.ppo_mini_batches and not _warned_fewer_steps:
+        _warned_fewer_steps.append(True)  # once per process: the same on every step that has it
+        log.warning(
+            "loss.ppo_mini_batches=%d, but this step has %d micro-batches "
+            "(loss.micro_batch_size=%d): it takes %d optimiser steps, one per micro-batch "
+            "(metric optimizer_steps); lower loss.micro_batch_size for more",
+            loss_cfg.ppo_mini_batches,
+            len(mbs),
+            loss_cfg.micro_batch_size,
+            len(slices),
+        )
     backend.model.train()
     t0 = time.perf_counter()
     logprob_pass(
