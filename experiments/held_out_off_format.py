@@ -44,7 +44,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     data = make_task_data(args.work / "cold", seed_offset=args.seed)
     recipe = rl_recipe(
-        args.out.parent / f"held-{args.out.stem}",
+        args.work / f"held-{args.out.stem}",
         args.model,
         data.held_out,
         seed=args.seed,
