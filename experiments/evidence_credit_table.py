@@ -72,7 +72,8 @@ def main() -> None:
     parser.add_argument("cells", nargs="+", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="also write the markdown here")
     args = parser.parse_args()
-    cells = [json.loads(p.read_text()) for p in args.cells]
+    # a folder's other JSON (held_out_off_format.py's episodes) is not a cell
+    cells = [c for c in (json.loads(p.read_text()) for p in args.cells) if "runs" in c]
     cells.sort(key=lambda c: (c["numeric"], c["seed"]))
     lines = [
         "| numeric | seed | run | accuracy (gain ± SE) | reward (gain ± SE) | calls / episode "
