@@ -14,6 +14,9 @@ capability, and keeps the held-out scores per prompt so any test design can be j
     python experiments/learning_distribution.py --seed 0 --threads 1 --capability avx2 \\
         --out runs/learning/s0-t1-avx2.json
 
+`--numeric bf16` runs the same cell in the GPU's numerics (bf16 compute over fp32 master
+weights), as `PARAVT_LEARNING_NUMERIC=bf16` does for the test.
+
 `--capability` sets `ATEN_CPU_CAPABILITY` (torch's kernels for an older or newer x86 CPU: default,
 avx2, avx512) and re-runs the script under it, since torch reads it once at import.
 """
@@ -28,6 +31,7 @@ import time
 from pathlib import Path
 
 CAPABILITIES = ("default", "avx2", "avx512")
+NUMERIC_NAMES = ("bf16", "fp32")  # miniature.NUMERICS' keys (imported after the argument parse)
 
 
 def main() -> None:
@@ -41,6 +45,13 @@ def main() -> None:
         choices=CAPABILITIES,
         default=None,
         help="torch CPU kernels (ATEN_CPU_CAPABILITY); default: what this CPU picks",
+    )
+    parser.add_argument(
+        "--numeric",
+        choices=sorted(NUMERIC_NAMES),
+        default="fp32",
+        help="fp32 (the test's default) or bf16: the GPU's bf16 compute over fp32 master weights "
+        "(miniature.NUMERICS), for the cold start, the runs and the evaluations",
     )
     parser.add_argument(
         "--eval-at",
@@ -70,11 +81,13 @@ def main() -> None:
     import torch
 
     from paravt.core.testing import cached_tiny_qwen3vl
-    from paravt.train.miniature import LR, LR_ZERO, cold_start, rl_from_cold_start
+    from paravt.train.miniature import LR, LR_ZERO, NUMERICS, cold_start, rl_from_cold_start
 
     torch.set_num_threads(args.threads)
     capability = torch.backends.cpu.get_cpu_capability()
-    tag = f"s{args.seed}-t{args.threads}-{capability.lower()}"
+    tag = f"s{args.seed}-t{args.threads}-{capability.lower()}" + (
+        "" if args.numeric == "fp32" else f"-{args.numeric}"
+    )
     work = args.work or args.out.parent / f"work-{tag}"
     steps = max(args.eval_at)
     t0 = time.perf_counter()
@@ -82,12 +95,14 @@ def main() -> None:
     def scores(ev: object) -> dict[str, object]:
         return {"metrics": ev.metrics, "per_prompt": ev.per_prompt}  # type: ignore[attr-defined]
 
-    cold = cold_start(work / "cold", cached_tiny_qwen3vl(seed=0), seed=args.seed)
+    numeric = NUMERICS[args.numeric]
+    cold = cold_start(work / "cold", cached_tiny_qwen3vl(seed=0), seed=args.seed, extra=numeric)
     t_cold = time.perf_counter() - t0
     cell: dict[str, object] = {
         "seed": args.seed,
         "threads": args.threads,
         "capability": capability,
+        "numeric": args.numeric,
         "torch": torch.__version__,
         "before": scores(cold.before),
         "time_s": {"cold_start": round(t_cold, 1)},
@@ -103,6 +118,7 @@ def main() -> None:
             lr=lr,
             steps=steps,
             sabotage=sabotage,
+            extra=numeric,
             eval_at=args.eval_at if name == "para_grpo" else [s for s in args.eval_at if s >= 16],
         )
         cell[name] = {str(s): scores(ev) for s, ev in evals.items()}

@@ -18,7 +18,9 @@ invalid-call hole (`format_held`); that is reported, not asserted: in five regis
 seeds per numeric (runs 1 and 3-6), no setting kept every seed of both numerics out of it while
 learning (experiments/README.md, "evidence_credit.py"). The
 same runs with learning rate 0 and with the policy-gradient sign flipped run here too and must fail that verdict (the lr-0 run stays within half of each margin of the SFT scores); the inverted loss mask is a
-third control (`PARAVT_LEARNING_CONTROLS=1`). Each seed is one process of
+third control (`PARAVT_LEARNING_CONTROLS=1`). `PARAVT_LEARNING_NUMERIC=bf16` runs the same
+verdict in the GPU's numerics (bf16 compute over fp32 master weights) on the CPU; `nox -s tests`
+runs fp32. Each seed is one process of
 `experiments/learning_distribution.py` with one torch thread, whatever the machine's core count
 (a measured setting), the seeds side by side.
 """
@@ -55,6 +57,8 @@ SEEDS = (
 )
 RL_STEPS = int(os.environ.get("PARAVT_RL_STEPS", str(LEARNING_RL_STEPS)))
 CONTROLS = os.environ.get("PARAVT_LEARNING_CONTROLS", "") == "1"
+# fp32 in `nox -s tests`; `PARAVT_LEARNING_NUMERIC=bf16`: the GPU's numerics on the CPU
+NUMERIC = os.environ.get("PARAVT_LEARNING_NUMERIC", "fp32")
 CELL_SCRIPT = Path(__file__).resolve().parents[3] / "experiments" / "learning_distribution.py"
 CELL_TIMEOUT_S = 3600
 
@@ -75,6 +79,7 @@ def cells(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) -> di
             f"--seed={seed}",
             f"--threads={LEARNING_THREADS}",
             f"--eval-at={RL_STEPS}",
+            f"--numeric={NUMERIC}",
             "--controls",
             *controls,
             f"--out={root / f'seed{seed}.json'}",

@@ -90,6 +90,12 @@ RL = [
     "checkpoint.every_steps=0",
 ]
 LR = 3e-4
+# The numerics the learning check runs in on a CPU: fp32 (the learning test's), and the GPU's
+# (FSDP2 with world size 1: fp32 master weights, bf16 compute, bf16 rollouts and evaluation).
+NUMERICS: dict[str, tuple[str, ...]] = {
+    "fp32": (),
+    "bf16": ("model.dtype=bfloat16", "distributed.strategy=fsdp2", "distributed.device=cpu"),
+}
 # "Learning rate 0" for control runs: the recipe requires lr > 0; at 1e-30 no float32 weight moves.
 LR_ZERO = 1e-30
 GATED_K = (2, 4)  # the smoke run's and the learning test's gate
