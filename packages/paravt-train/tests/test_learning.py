@@ -43,6 +43,7 @@ from paravt.train.miniature import (
     LEARNING_RL_STEPS,
     LEARNING_SEEDS,
     LEARNING_THREADS,
+    NUMERICS,
     REWARD_MARGIN,
     REWARD_Z,
     Evaluation,
@@ -60,6 +61,8 @@ RL_STEPS = int(os.environ.get("PARAVT_RL_STEPS", str(LEARNING_RL_STEPS)))
 CONTROLS = os.environ.get("PARAVT_LEARNING_CONTROLS", "") == "1"
 # fp32 in `nox -s tests`; `PARAVT_LEARNING_NUMERIC=bf16`: the GPU's numerics on the CPU
 NUMERIC = os.environ.get("PARAVT_LEARNING_NUMERIC", "fp32")
+if NUMERIC not in NUMERICS:
+    raise ValueError(f"PARAVT_LEARNING_NUMERIC={NUMERIC!r}: use one of {sorted(NUMERICS)}")
 CELL_SCRIPT = Path(__file__).resolve().parents[3] / "experiments" / "learning_distribution.py"
 CELL_TIMEOUT_S = 3600
 
