@@ -16,7 +16,7 @@ for reward (`paravt.train.miniature.learned`). Each run's line also prints, per 
 calls per episode, format ok and f_tau before and after, and whether the run stayed out of the
 invalid-call hole (`format_held`); that is reported, not asserted: in seven registered runs over
 6 seeds per numeric (runs 1 and 3-8), no setting kept every seed of both numerics out of it while
-learning (the best, runs 7 and 8, kept 11 of 12 cells out; experiments/README.md,
+learning (runs 4, 7 and 8 kept 11 of 12 cells out; experiments/README.md,
 "evidence_credit.py"). The
 same runs with learning rate 0 and with the policy-gradient sign flipped run here too and must fail that verdict (the lr-0 run stays within half of each margin of the SFT scores); the inverted loss mask is a
 third control (`PARAVT_LEARNING_CONTROLS=1`). `PARAVT_LEARNING_NUMERIC=bf16` runs the same
