@@ -2,8 +2,10 @@
 them (issue 44): a cell of `evidence_credit.py` reports only how many held-out episodes were off
 format; this shows which ones and how they broke.
 
-It evaluates `--model` on the cell's held-out videos exactly as `evidence_credit.py` does (the
-same examples, temperature, group size and fixed seed, `evaluate_held_out`), and writes every
+It evaluates `--model` on the cell's held-out videos as `evidence_credit.py` does (the same
+examples, temperature, group size and fixed seed, `scored_rollouts`; the draw can differ from the
+cell's by an episode or two, since which requests the in-process engine batches together depends
+on timing), and writes every
 episode whose structure does not parse (`paravt.rewards.episode_structure(...).parses`, the
 `format_ok` measure) with its turns, its accuracy and its reward under the recipe's reward.
 
