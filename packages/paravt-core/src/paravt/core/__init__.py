@@ -4,8 +4,6 @@ Light by design: importing it needs only pydantic. Engines live in `paravt.core.
 `hf`, `openai` and `sglang` extras and import their heavy dependencies lazily.
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
 from paravt.core.agent_config import Dispatch, EpisodeSettings, Schedule, ToolResponseMode
 from paravt.core.agent_protocol import (
     ANSWER_KINDS,
@@ -78,11 +76,9 @@ from paravt.core.runtime import (
     run_episodes,
     run_episodes_sync,
 )
+from paravt.core.versioning import installed_version
 
-try:
-    __version__ = version("paravt-core")
-except PackageNotFoundError:  # running from a source tree without an install
-    __version__ = "0+unknown"
+__version__ = installed_version("paravt-core")
 
 __all__ = [
     "ANSWER_KINDS",

@@ -1,10 +1,7 @@
-"""paravt.eval: lmms-eval plugin, `ask` and `reproduce` for ParaVT (skeleton)."""
+"""paravt.eval: the lmms-eval plugin, `ask` and `reproduce` for ParaVT."""
 
-from importlib.metadata import PackageNotFoundError, version
+from paravt.core.versioning import installed_version
 
-try:
-    __version__ = version("paravt-eval")
-except PackageNotFoundError:  # running from a source tree without an install
-    __version__ = "0+unknown"
+__version__ = installed_version("paravt-eval")
 
 __all__ = ["__version__"]

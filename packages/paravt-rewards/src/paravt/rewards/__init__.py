@@ -4,8 +4,7 @@ Light by design: needs only paravt-core and pydantic (no torch, no numpy). Frame
 TRL, verl, AReaL and OpenRLHF live in `paravt.rewards.integrations`.
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
+from paravt.core.versioning import installed_version
 from paravt.rewards.accuracy import (
     exact_match,
     extract_choice,
@@ -55,10 +54,7 @@ from paravt.rewards.terms import (
     tool_reward,
 )
 
-try:
-    __version__ = version("paravt-rewards")
-except PackageNotFoundError:  # running from a source tree without an install
-    __version__ = "0+unknown"
+__version__ = installed_version("paravt-rewards")
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",

@@ -3,8 +3,7 @@
 Decoding uses torchcodec (FFmpeg); torch and torchcodec are imported when frames are decoded.
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
+from paravt.core.versioning import installed_version
 from paravt.tools.crop import (
     CacheStats,
     CropConfig,
@@ -29,10 +28,7 @@ from paravt.tools.sampling import (
 from paravt.tools.synth import SynthConfig, SynthResult, generate
 from paravt.tools.video import VideoError, VideoInfo, keyframe_indices, probe
 
-try:
-    __version__ = version("paravt-tools")
-except PackageNotFoundError:  # running from a source tree without an install
-    __version__ = "0+unknown"
+__version__ = installed_version("paravt-tools")
 
 __all__ = [
     "MAX_PIXELS",

@@ -15,13 +15,11 @@ The modules behind them (`rl/`, `sft.py`, `distributed.py`, ...) are the layout,
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-try:
-    __version__ = version("paravt-train")
-except PackageNotFoundError:  # running from a source tree without an install
-    __version__ = "0+unknown"
+from paravt.core.versioning import installed_version
+
+__version__ = installed_version("paravt-train")
 
 if TYPE_CHECKING:  # pragma: no cover
     from paravt.train import miniature

@@ -22,12 +22,10 @@ from typing import Any
 
 from paravt.rewards.config import RewardConfig
 from paravt.rewards.integrations.common import (
-    cached_score,
     check_framework_version,
     require_sequence_anchoring,
     resolve_config,
-    sample_from,
-    split_completion,
+    score_row,
 )
 from paravt.rewards.score import RewardBreakdown
 
@@ -73,7 +71,7 @@ class ArealReward:
     ) -> RewardBreakdown:
         """The whole `RewardBreakdown` of the completion (what `__call__` sums)."""
         check_framework_version("areal")
-        return cached_score(self.config, split_completion(completions), sample_from(**data))
+        return score_row(self.config, completions, data)
 
     def __call__(
         self, prompt: str, completions: Any, prompt_ids: Any, completion_ids: Any, **data: Any

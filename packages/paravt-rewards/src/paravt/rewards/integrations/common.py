@@ -237,6 +237,17 @@ def cached_score(
     return _scorer(config)(completion, sample, None)
 
 
+def score_row(
+    config: RewardConfig, completion: Any, fields: Mapping[str, Any], *, truncated: bool = False
+) -> RewardBreakdown:
+    """One framework row scored: its completion in any format (`split_completion`; `truncated`
+    leaves a cut-off last `<think>` open) against the ground truth in the row's `fields`
+    (`sample_from`), memoised per config (`cached_score`). What every adapter does per row."""
+    return cached_score(
+        config, split_completion(completion, truncated=truncated), sample_from(**fields)
+    )
+
+
 def resolve_config(config: RewardConfig | Mapping[str, Any] | str | None) -> RewardConfig:
     """A `RewardConfig` from itself, a dict of fields, a preset name (`paravt.rewards.PRESETS`: 'paragrpo',
     'vanilla', 'reference_paragrpo', 'reference_vanilla') or None

@@ -23,12 +23,10 @@ from typing import Any
 
 from paravt.rewards.config import RewardConfig
 from paravt.rewards.integrations.common import (
-    cached_score,
     check_framework_version,
     require_sequence_anchoring,
     resolve_config,
-    sample_from,
-    split_completion,
+    score_row,
 )
 from paravt.rewards.score import RewardBreakdown
 
@@ -65,11 +63,7 @@ def _score_batch(
     eos: Collection[int] | None = None,
 ) -> list[RewardBreakdown]:
     return [
-        cached_score(
-            config,
-            split_completion(c, truncated=_truncated(completion_ids, i, eos)),
-            sample_from(**_row(kwargs, i)),
-        )
+        score_row(config, c, _row(kwargs, i), truncated=_truncated(completion_ids, i, eos))
         for i, c in enumerate(completions)
     ]
 

@@ -26,12 +26,10 @@ from typing import Any
 
 from paravt.rewards.config import RewardConfig
 from paravt.rewards.integrations.common import (
-    cached_score,
     check_framework_version,
     require_sequence_anchoring,
     resolve_config,
-    sample_from,
-    split_completion,
+    score_row,
 )
 from paravt.rewards.score import RewardBreakdown
 
@@ -70,9 +68,7 @@ def verl_score(r: RewardBreakdown) -> VerlScore:
 def _score_one(
     cfg: RewardConfig, solution_str: Any, ground_truth: Any, extra_info: Any
 ) -> VerlScore:
-    r = cached_score(
-        cfg, split_completion(solution_str), sample_from(ground_truth, extra_info=extra_info)
-    )
+    r = score_row(cfg, solution_str, {"answer": ground_truth, "extra_info": extra_info})
     return verl_score(r)
 
 
