@@ -137,6 +137,7 @@ __all__ = [
     "format_question",
     "format_validation_error",
     "get_protocol",
+    "installed_version",
     "one_line",
     "parse_response",
     "parse_time_s",

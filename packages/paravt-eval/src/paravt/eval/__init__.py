@@ -1,6 +1,6 @@
 """paravt.eval: the lmms-eval plugin, `ask` and `reproduce` for ParaVT."""
 
-from paravt.core.versioning import installed_version
+from paravt.core import installed_version
 
 __version__ = installed_version("paravt-eval")
 

@@ -4,7 +4,7 @@ Light by design: needs only paravt-core and pydantic (no torch, no numpy). Frame
 TRL, verl, AReaL and OpenRLHF live in `paravt.rewards.integrations`.
 """
 
-from paravt.core.versioning import installed_version
+from paravt.core import installed_version
 from paravt.rewards.accuracy import (
     exact_match,
     extract_choice,

@@ -3,7 +3,7 @@
 Decoding uses torchcodec (FFmpeg); torch and torchcodec are imported when frames are decoded.
 """
 
-from paravt.core.versioning import installed_version
+from paravt.core import installed_version
 from paravt.tools.crop import (
     CacheStats,
     CropConfig,

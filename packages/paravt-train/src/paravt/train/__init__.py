@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from paravt.core.versioning import installed_version
+from paravt.core import installed_version
 
 __version__ = installed_version("paravt-train")
 
