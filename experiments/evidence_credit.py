@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -72,6 +73,16 @@ def main() -> None:
         "the current evidence preset, and only the evidence run and the controls are trained "
         "(a path that does not exist: the cold start only, no reference run)",
     )
+    parser.add_argument(
+        "--cold-from",
+        type=Path,
+        default=None,
+        help="the --work folder of the same seed's cell in another numeric: its cold start (task "
+        "data and SFT policy) is copied into this cell's --work and used as this cell's, and the "
+        "reference run is trained here (a bf16 cell from the fp32 cell's cold start: the two "
+        "numerics then differ only in RL, and no bf16 cold start is needed, which takes about "
+        "30 minutes a seed on a CPU without fast bf16 kernels)",
+    )
     parser.add_argument("--work", type=Path, default=None, help="scratch (default: beside --out)")
     parser.add_argument("--out", type=Path, required=True, help="the cell's JSON")
     args = parser.parse_args()
@@ -106,7 +117,15 @@ def main() -> None:
     def scores(ev: object) -> dict[str, object]:
         return {"metrics": ev.metrics, "per_prompt": ev.per_prompt}  # type: ignore[attr-defined]
 
-    reuse_cold = args.reuse is not None
+    if args.cold_from is not None:
+        if args.reuse is not None:
+            raise SystemExit("--cold-from and --reuse are two ways to reuse a cold start: pick one")
+        source = args.cold_from / "cold"
+        if not (source / "sft" / "final" / "config.json").is_file():
+            raise SystemExit(f"--cold-from {args.cold_from}: no cold start's SFT model there yet")
+        if not (work / "cold").exists():  # the task data and the SFT policy, not its evaluations
+            shutil.copytree(source, work / "cold", ignore=shutil.ignore_patterns("held*"))
+    reuse_cold = args.reuse is not None or args.cold_from is not None
     earlier = json.loads(args.reuse.read_text()) if args.reuse and args.reuse.is_file() else None
     if args.reuse is not None and earlier is None:
         print(
@@ -154,7 +173,7 @@ def main() -> None:
     if earlier is not None:
         ref = earlier["before"]["reference"]
         before["reference"] = Evaluation(ref["metrics"], ref["per_prompt"])
-    elif not reuse_cold or args.reference:
+    elif not reuse_cold or args.reference or args.cold_from is not None:
         ref_held = rl_recipe(
             work / "held-ref",
             cold.sft_model,
@@ -181,12 +200,13 @@ def main() -> None:
         "rewards": presets,
         "evidence_set": args.evidence_set,
         "reused": str(args.reuse) if args.reuse else None,
+        "cold_from": str(args.cold_from) if args.cold_from else None,
         "before": {k: scores(v) for k, v in before.items()},
         "time_s": {"cold_start": round(time.perf_counter() - t0, 1)},
         "runs": {},
     }
     runs = {"evidence": ("evidence", LR, "")}
-    if not reuse_cold or (earlier is None and args.reference):
+    if not reuse_cold or (earlier is None and (args.reference or args.cold_from is not None)):
         runs = {"reference": ("reference", LR, ""), **runs}
     elif earlier is not None:
         cell["runs"]["reference"] = earlier["runs"]["reference"]  # type: ignore[index]
