@@ -80,8 +80,8 @@ def main() -> None:
         help="the --work folder of the same seed's cell in another numeric: its cold start (task "
         "data and SFT policy) is copied into this cell's --work and used as this cell's, and the "
         "reference run is trained here (a bf16 cell from the fp32 cell's cold start: the two "
-        "numerics then differ only in RL, and no bf16 cold start is needed, which takes about "
-        "30 minutes a seed on a CPU without fast bf16 kernels)",
+        "numerics then differ only in RL, and no bf16 cold start is needed, which took about "
+        "32 minutes a seed on a CPU without fast bf16 kernels)",
     )
     parser.add_argument("--work", type=Path, default=None, help="scratch (default: beside --out)")
     parser.add_argument("--out", type=Path, required=True, help="the cell's JSON")
@@ -123,8 +123,16 @@ def main() -> None:
         source = args.cold_from / "cold"
         if not (source / "sft" / "final" / "config.json").is_file():
             raise SystemExit(f"--cold-from {args.cold_from}: no cold start's SFT model there yet")
+        marker, origin = work / "cold" / "COPIED_FROM", str(source.resolve())
         if not (work / "cold").exists():  # the task data and the SFT policy, not its evaluations
             shutil.copytree(source, work / "cold", ignore=shutil.ignore_patterns("held*"))
+            marker.write_text(origin)
+        elif not marker.is_file() or marker.read_text() != origin:
+            raise SystemExit(
+                f"--cold-from {args.cold_from}: {work / 'cold'} already holds another cold start "
+                f"({marker.read_text() if marker.is_file() else 'not copied by --cold-from'}); "
+                "give this cell a fresh --work"
+            )
     reuse_cold = args.reuse is not None or args.cold_from is not None
     earlier = json.loads(args.reuse.read_text()) if args.reuse and args.reuse.is_file() else None
     if args.reuse is not None and earlier is None:
