@@ -330,3 +330,46 @@ def test_under_the_paper_protocol_grounding_questions_use_the_drivers_charades_m
     assert systems["grounding"] == PAPER_GENERAL_AGENTIC_SYSTEM.format(
         tool_schema=PAPER_TOOL_SCHEMA
     )
+
+
+class SeedRecorder(ScriptedEngine):
+    """A ScriptedEngine that records the sampling settings of every request, per role."""
+
+    def __init__(self) -> None:
+        super().__init__(respond)
+        self.seen: list[tuple[str, float, int | None, bool]] = []
+
+    async def generate(self, trajectories, sampling):
+        for traj in trajectories:
+            self.seen.append(
+                (traj.role, sampling.temperature, sampling.seed, sampling.batch_invariant)
+            )
+        return await super().generate(trajectories, sampling)
+
+
+def test_a_seed_gives_each_sample_seeded_draws_of_its_own_and_a_rerun_the_same(tmp_path):
+    from paravt.eval.agent import sample_seed
+
+    questions = [VideoQuestion(key, "v.mp4", "What colour?") for key in ("q#0", "q#1", "r#0")]
+
+    def seen(**fields):
+        engine = SeedRecorder()
+        config = EvalConfig(
+            pretrained=str(tmp_path), protocol="paravt", main_nframes=4, batch_size=1, **fields
+        )
+        EvalAgent(config, engine=engine, source=FakeSource()).run(questions)
+        return engine.seen
+
+    seeded = seen(temperature=0.7, seed=7)
+    mains = [s for s in seeded if s[0] == "main"]
+    # one sample a batch: each main request carries its sample's own seed, keyed draws
+    expected = [sample_seed(7, q.key) for q in questions]
+    assert sorted({s[2] for s in mains}) == sorted(expected)
+    assert len(set(expected)) == 3  # repeated samples of one question draw apart
+    assert all(s[1] == 0.7 and s[3] for s in mains)
+    subs = [s for s in seeded if s[0] == "subagent"]
+    assert subs and {s[2] for s in subs} == {e + 1 for e in expected}
+    assert seen(temperature=0.7, seed=7) == seeded  # a rerun asks for the same draws
+    assert {s[2] for s in seen(temperature=0.7, seed=8) if s[0] == "main"}.isdisjoint(expected)
+    # without a seed nothing is seeded (as before)
+    assert {(s[2], s[3]) for s in seen(temperature=0.7)} == {(None, False)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,6 +50,8 @@ def test_quick_reproduce_writes_table2_chart_and_results_and_reuses_every_finish
     assert all(len(v) == 2 for v in para["accuracy"].values())  # one value per seed and K
     assert set(para["accuracy"]) == {f"K={k}" for k in config.eval_budgets}
     assert data["sequential"]["accuracy"]["K=2"][0] is not None
+    assert config.eval_samples == 0 and para["sampled_accuracy"] == {}
+    assert "Held-out accuracy sampled" not in md
     assert all(len(data["rows"][m]["f_tau"]) == 2 for m in ("base", "sft", "grpo"))
     # an accuracy cell's first held-out samples are also episodes, which the viewer reads
     from paravt.core.episode_files import read_episodes
@@ -57,7 +60,8 @@ def test_quick_reproduce_writes_table2_chart_and_results_and_reuses_every_finish
     shown = list(read_episodes(episodes_dir(config.out, 0, "para_grpo", "acc_k8")))
     assert 1 <= len(shown) <= EPISODES_PER_CELL and all(e["ground_truth"] for e in shown)
 
-    # a second invocation trains and evaluates nothing: every run and cell is reused
+    # the sampled columns added to the finished run: nothing is trained again, each checkpoint
+    # of block A is sampled at every K (block C stays greedy) and the table says how
     import paravt.eval.agent as agent
     import paravt.train.rl as rl
     import paravt.train.sft as sft
@@ -68,6 +72,18 @@ def test_quick_reproduce_writes_table2_chart_and_results_and_reuses_every_finish
     monkeypatch.setattr(sft, "train_sft", boom)
     monkeypatch.setattr(rl, "train_rl", boom)
     monkeypatch.setattr(rl, "evaluate", boom)
+    config = config.model_copy(update={"eval_samples": 1})
+    sampled = run_reproduce(config)
+    data = json.loads(sampled.json_path.read_text())
+    para = data["rows"]["para_grpo"]
+    assert data["setup"]["eval_samples"] == 1
+    assert set(para["sampled_accuracy"]) == {f"K={k}" for k in config.eval_budgets}
+    assert len(para["sampled_per_doc"]["K=8"][0]) == config.n_eval
+    assert data["sequential"]["sampled_accuracy"] == {}
+    md = sampled.markdown_path.read_text()
+    assert "### Held-out accuracy sampled: 1 episode per question at temperature 0.7" in md
+
+    # a second invocation trains and evaluates nothing: every run and cell is reused
     monkeypatch.setattr(agent.EvalAgent, "run", boom)
     again = run_reproduce(config)
     assert json.loads(again.json_path.read_text())["rows"] == data["rows"]
@@ -351,3 +367,64 @@ def test_checkpoints_may_be_served(tmp_path: Path) -> None:
 
     parsed = parse_checkpoints(f"base={tmp_path},para_grpo=http://a:1/v1|http://b:2/v1")
     assert parsed == {"base": tmp_path, "para_grpo": Servers("http://a:1/v1|http://b:2/v1")}
+
+
+def test_a_sampled_cell_asks_each_question_n_times_seeded_and_keeps_per_question_means(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import paravt.eval.reproduce.cells as cells
+    from paravt.eval.traces import SampleTrace
+
+    made: list[Any] = []
+
+    class FakeAgent:
+        """Answers 'red' on the first sample of each question and 'blue' on the others."""
+
+        def __init__(self, config: Any) -> None:
+            made.append(config)
+
+        def run(self, questions: list[Any]) -> list[SampleTrace]:
+            made.append([q.key for q in questions])
+            return [
+                SampleTrace(q.task, q.doc_id, q.video, q.question, response="red")
+                if q.key.endswith("#0")
+                else SampleTrace(q.task, q.doc_id, q.video, q.question, response="blue")
+                for q in questions
+            ]
+
+    monkeypatch.setattr(cells, "EvalAgent", FakeAgent)
+    docs = [
+        {"id": "a", "video": "a.mp4", "question": "What colour?", "answer": "red"},
+        {"id": "b", "video": "b.mp4", "question": "What colour?", "answer": "blue"},
+    ]
+    config = ReproduceConfig.quick(tmp_path / "rep", eval_samples=3)
+    cell = cells.accuracy_cell(config, 5, "sft", tmp_path, 2, docs, "paravt", samples=3)
+    eval_config, keys = made
+    assert eval_config.temperature == 0.7 and eval_config.seed == 5  # the training seed's draws
+    assert keys == ["a#0", "a#1", "a#2", "b#0", "b#1", "b#2"]
+    # a: right once in three, b: right twice in three; calls and samples recorded
+    assert cell["per_doc"] == pytest.approx([1 / 3, 2 / 3]) and cell["accuracy"] == 0.5
+    assert cell["samples"] == 3 and cell["temperature"] == 0.7
+    assert cells.cell_path(config.out, 5, "sft", "sampled3_k2").is_file()
+    greedy = cells.accuracy_cell(config, 5, "sft", tmp_path, 2, docs, "paravt")
+    assert made[2].temperature == 0.0 and made[2].seed is None and made[3] == ["a", "b"]
+    assert greedy["per_doc"] == [0.0, 1.0] and greedy["samples"] == 1
+
+
+def test_the_sampled_table_pairs_each_rows_questions_with_the_sft_policys() -> None:
+    summary = _summary()
+    summary.setup.update(eval_samples=4, eval_temperature=0.7)
+    sft, para = summary.rows["sft"], summary.rows["para_grpo"]
+    for row, per_doc in ((sft, [[0.0, 0.5], [0.25, 0.25]]), (para, [[0.5, 1.0], [0.25, 0.75]])):
+        for k in (4, 2):
+            row.sampled[k] = [sum(d) / len(d) for d in per_doc]
+            row.sampled_kappa[k] = [1.0, 1.5]
+            row.sampled_per_doc[k] = per_doc
+    text = "\n".join(render_tables(summary))
+    assert "### Held-out accuracy sampled: 4 episodes per question at temperature 0.7" in text
+    # per-question differences +0.5, +0.5, 0, +0.5: mean +37.5 points, standard error 12.5
+    section = text.split("Held-out accuracy sampled")[1]
+    line = next(x for x in section.splitlines() if x.startswith("| + SFT + PARA-GRPO |"))
+    assert line.endswith("| +37.5 ± 12.5 | +37.5 ± 12.5 |")
+    assert "| 1.25 ± 0.35 |" in line  # calls per episode over seeds
+    assert "| + SFT + GRPO |" not in section  # rows not sampled are left out

@@ -76,6 +76,13 @@ def _add_protocol_args(p: argparse.ArgumentParser) -> None:
         "checkpoint trained with a context window records it)",
     )
     g.add_argument("--temperature", type=float, default=None, help="0 is greedy")
+    g.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="sampling seed with a temperature > 0 (the same samples, batches and seed draw the "
+        "same answers again)",
+    )
     g.add_argument("--max-pixels", type=int, default=None, help="pixel budget per frame")
     g.add_argument(
         "--max-crop-frames", type=int, default=None, help="frames per crop (default: the tool's 16)"
@@ -103,6 +110,7 @@ def _protocol(args: argparse.Namespace) -> dict[str, object]:
         "max_new_tokens": args.max_new_tokens,
         "max_context_tokens": args.max_context_tokens,
         "temperature": args.temperature,
+        "seed": args.seed,
         "max_pixels": args.max_pixels,
         "max_crop_frames": args.max_crop_frames,
         "device": args.device,
@@ -196,7 +204,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             fields[name] = tuple(
                 int(x) if name == "seeds" else x.strip().upper() for x in value.split(",")
             )
-    for name in ("sft_steps", "prior_steps", "rl_steps", "n_eval", "task", "jobs"):
+    for name in ("sft_steps", "prior_steps", "rl_steps", "n_eval", "eval_samples", "task", "jobs"):
         value = getattr(args, name)
         if value is not None:
             fields[name] = value
@@ -314,6 +322,13 @@ def build_parser() -> argparse.ArgumentParser:
         "2-core machine halves the time)",
     )
     rep.add_argument("--n-eval", type=int, default=None, help="held-out videos (default: 64)")
+    rep.add_argument(
+        "--eval-samples",
+        type=int,
+        default=None,
+        help="beside the greedy columns, episodes per held-out question sampled at the "
+        "rollout temperature, seeded and paired by question (default: 4; 0: greedy only)",
+    )
     rep.add_argument(
         "--quick",
         action="store_true",

@@ -97,6 +97,14 @@ class EvalConfig(BaseModel):
         None, ge=1, le=32768, description="Tokens per summary."
     )
     temperature: float | None = Field(None, ge=0.0, le=2.0, description="0 is greedy.")
+    seed: int | None = Field(
+        None,
+        ge=0,
+        description="Sampling seed (temperature > 0): each sample gets a seed of its own from "
+        "(seed, its key), sent with its requests; a local checkpoint, which generates in "
+        "batches, draws from the batch's first seed and each request's place in the batch, so a "
+        "rerun over the same batches draws the same tokens. None: unseeded draws.",
+    )
     max_pixels: int | None = Field(
         None, ge=784, description="Pixel budget per frame (default: the protocol's)."
     )

@@ -101,27 +101,37 @@ def accuracy_cell(
     protocol: str,
     *,
     dispatch: str = "parallel",
+    samples: int = 0,
 ) -> dict[str, Any]:
-    """Held-out accuracy of `checkpoint` at overview budget `k` (greedy)."""
-    name = f"acc_k{k}" + ("" if dispatch == "parallel" else f"_{dispatch}")
+    """Held-out accuracy of `checkpoint` at overview budget `k`: greedy, or with `samples` > 0
+    that many episodes per question at `config.eval_temperature`, seeded by the training seed
+    and the question (every model of a seed draws with the same seeds); `per_doc` is then each
+    question's mean over its samples, so models stay paired by question."""
+    sampled = samples > 0
+    name = (f"sampled{samples}_k{k}" if sampled else f"acc_k{k}") + (
+        "" if dispatch == "parallel" else f"_{dispatch}"
+    )
+    n = samples if sampled else 1
+    how = f"{n} samples each at T = {config.eval_temperature:g}" if sampled else "greedy"
 
     def compute() -> dict[str, Any]:
 
-        log(f"seed {seed}: {model} on {len(docs)} held-out videos, K = {k}, {dispatch} (greedy)")
+        log(f"seed {seed}: {model} on {len(docs)} held-out videos, K = {k}, {dispatch} ({how})")
         agent = EvalAgent(
             EvalConfig(
                 pretrained=str(checkpoint),
                 protocol=protocol,
                 main_nframes=k,
-                temperature=0.0,
+                temperature=config.eval_temperature if sampled else 0.0,
+                seed=seed if sampled else None,
                 dispatch=dispatch,  # type: ignore[arg-type, unused-ignore]
                 device=config.device,
                 batch_size=config.batch_size,
             )
         )
-        samples = [
+        questions = [
             VideoQuestion(
-                key=str(d["id"]),
+                key=str(d["id"]) + (f"#{j}" if sampled else ""),
                 video=d["video"],
                 question=d["question"],
                 task=name,
@@ -129,13 +139,18 @@ def accuracy_cell(
                 answer_kind="open",
             )
             for i, d in enumerate(docs)
+            for j in range(n)
         ]
-        traces = agent.run(samples)
-        record_episodes(episodes_dir(config.out, seed, model, name), agent, traces, samples, docs)
+        asked = [d for d in docs for _ in range(n)]
+        traces = agent.run(questions)
+        record_episodes(
+            episodes_dir(config.out, seed, model, name), agent, traces, questions, asked
+        )
         scores = [
             0.0 if t.error else open_ended_score(t.response, d["answer"])
-            for t, d in zip(traces, docs)
+            for t, d in zip(traces, asked)
         ]
+        per_doc = [sum(scores[i * n : (i + 1) * n]) / n for i in range(len(docs))]
         calls = [t.num_tool_calls for t in traces]
         shapes = [trace_structure(t) for t in traces]
         return {
@@ -143,8 +158,10 @@ def accuracy_cell(
             "model": model,
             "k": k,
             "dispatch": dispatch,
+            "samples": n,
+            "temperature": config.eval_temperature if sampled else 0.0,
             "accuracy": sum(scores) / len(scores),
-            "per_doc": scores,
+            "per_doc": per_doc,
             "kappa": sum(calls) / len(calls),
             "tool_use_rate": sum(c > 0 for c in calls) / len(calls),
             "format_ok": sum(x.parses for x in shapes) / len(shapes),

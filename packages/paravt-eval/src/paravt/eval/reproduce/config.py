@@ -51,6 +51,16 @@ class ReproduceConfig(BaseModel):
     eval_budgets: tuple[int, ...] = Field(
         EVAL_BUDGETS, min_length=1, description="Overview frames K of the held-out columns."
     )
+    eval_samples: int = Field(
+        4,
+        ge=0,
+        description="Beside the greedy columns: episodes per held-out question sampled at "
+        "`eval_temperature` (seeded, paired by question), so arms that differ in what they "
+        "sample can be told apart where greedy decoding answers alike. 0: greedy only.",
+    )
+    eval_temperature: float = Field(
+        0.7, gt=0.0, le=2.0, description="Temperature of the sampled columns (the rollouts')."
+    )
     stats_prompts: int = Field(
         32, ge=1, description="Training prompts (x group size) for base/SFT f_tau and kappa."
     )
@@ -95,6 +105,7 @@ class ReproduceConfig(BaseModel):
             "n_rl_videos": 4,
             "n_eval": 8,
             "eval_budgets": (8, 2),
+            "eval_samples": 0,
             "stats_prompts": 4,
             **overrides,
         }

@@ -2,7 +2,8 @@
 
 Order of work (each step cached, see `training` and `cells`): the task data; per seed the base
 model, the SFT cold start, the RL arms the blocks need; per seed the base and SFT rollout stats,
-every checkpoint's held-out accuracy at each overview budget K, and (block C) the PARA-GRPO
+every checkpoint's held-out accuracy at each overview budget K (greedy, and `eval_samples`
+episodes per question sampled at the rollout temperature), and (block C) the PARA-GRPO
 checkpoint with sequential dispatch. Then `OUT/tables.md` (setup, Table 2 blocks, settle steps,
 times, the results section), `OUT/tables.json` (every number per seed, curves included) and
 `OUT/curves.png`.
@@ -140,6 +141,14 @@ def run_reproduce(config: ReproduceConfig, *, report: bool = True) -> ReproduceR
                 calls.append(cell["kappa"])
                 if row is not sequential:
                     answers.setdefault(model, []).extend(cell["per_doc"])
+                if row is not sequential and config.eval_samples:
+                    cell = accuracy_cell(
+                        config, seed, model, ckpt, k, docs, protocol, samples=config.eval_samples
+                    )
+                    row.sampled.setdefault(k, []).append(cell["accuracy"])
+                    row.sampled_kappa.setdefault(k, []).append(cell["kappa"])
+                    row.sampled_per_doc.setdefault(k, []).append(cell["per_doc"])
+                    compute_s += cell.get("seconds", 0.0)
             row.eval_calls.append(sum(calls) / len(calls))
         identical[seed] = same_answers(answers)
     if not report:
@@ -225,6 +234,8 @@ def _setup(config: ReproduceConfig, n_docs: int) -> dict[str, Any]:
         "sft_videos": config.n_sft_videos,
         "rl_videos": config.n_rl_videos,
         "stats_prompts": config.stats_prompts,
+        "eval_samples": config.eval_samples,
+        "eval_temperature": config.eval_temperature,
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
     }
 

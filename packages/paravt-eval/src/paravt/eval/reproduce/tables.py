@@ -54,6 +54,11 @@ class Row:
     invalid_calls: list[float | None] = field(default_factory=list)
     eval_kappa: dict[int, list[float | None]] = field(default_factory=dict)  # K -> per seed
     per_doc: dict[int, list[list[float] | None]] = field(default_factory=dict)  # K -> per seed
+    # the sampled columns (`ReproduceConfig.eval_samples` episodes per question at the rollout
+    # temperature): accuracy, calls per episode and per-question means, K -> per seed
+    sampled: dict[int, list[float | None]] = field(default_factory=dict)
+    sampled_kappa: dict[int, list[float | None]] = field(default_factory=dict)
+    sampled_per_doc: dict[int, list[list[float] | None]] = field(default_factory=dict)
     curves: list[dict[str, list[float]]] = field(default_factory=list)  # RL rows, per seed
     settle_step: list[int | None] = field(default_factory=list)
     train_seconds: list[float] = field(default_factory=list)
@@ -89,6 +94,9 @@ class Summary:
                 "invalid_calls": r.invalid_calls,
                 "eval_kappa": {f"K={k}": v for k, v in r.eval_kappa.items()},
                 "per_doc": {f"K={k}": v for k, v in r.per_doc.items()},
+                "sampled_accuracy": {f"K={k}": v for k, v in r.sampled.items()},
+                "sampled_kappa": {f"K={k}": v for k, v in r.sampled_kappa.items()},
+                "sampled_per_doc": {f"K={k}": v for k, v in r.sampled_per_doc.items()},
                 "settle_step": r.settle_step,
                 "train_seconds": r.train_seconds,
                 "curves": r.curves,
@@ -160,8 +168,78 @@ def _table(summary: Summary, names: Sequence[str], labels: dict[str, str]) -> li
     return lines
 
 
+def _sampled_table(summary: Summary, names: Sequence[str]) -> list[str]:
+    """Held-out accuracy and calls per episode of the sampled columns, and each row's gain over
+    the SFT cold start paired by question (pooled over seeds: mean ± standard error)."""
+    ks = summary.budgets
+    n = summary.setup.get("eval_samples", "?")
+    t = summary.setup.get("eval_temperature", "?")
+    lines = [
+        f"### Held-out accuracy sampled: {n} episode{'' if n == 1 else 's'} per question at "
+        f"temperature {t}",
+        "",
+        "Greedy decoding can answer every question alike in arms that sample differently (the "
+        "tables above and the rules read the greedy columns); these columns sample as the "
+        "rollouts do, seeded by the training seed and the question (every model of a seed "
+        "draws with the same seeds). The gain over SFT pairs each question's mean with the SFT "
+        "policy's, pooled over seeds.",
+        "",
+        "| Setting | "
+        + " | ".join(f"acc K={k}" for k in ks)
+        + " | "
+        + " | ".join(f"calls K={k}" for k in ks)
+        + " | "
+        + " | ".join(f"- SFT K={k}" for k in ks)
+        + " |",
+        "|---|" + "---|" * (3 * len(ks)),
+    ]
+    sft = summary.rows.get("sft")
+    for name in names:
+        r = summary.rows.get(name)
+        if r is None or not r.sampled:
+            continue
+        gains = []
+        for k in ks:
+            if sft is None or r is sft:
+                gains.append("-")
+                continue
+            diffs = paired_docs(r.sampled_per_doc.get(k, []), sft.sampled_per_doc.get(k, []))
+            gains.append(mean_se_text(diffs, scale=100))
+        lines.append(
+            f"| {LABELS.get(name, name)} | "
+            + " | ".join(fmt(r.sampled.get(k, []), scale=100, digits=1) for k in ks)
+            + " | "
+            + " | ".join(fmt(r.sampled_kappa.get(k, [])) for k in ks)
+            + " | "
+            + " | ".join(gains)
+            + " |"
+        )
+    return [*lines, ""]
+
+
+def paired_docs(a: Sequence[list[float] | None], b: Sequence[list[float] | None]) -> list[float]:
+    """Per-question differences a - b over the seeds where both were measured."""
+    return [
+        x - y
+        for da, db in zip(a, b)
+        if da is not None and db is not None and len(da) == len(db)
+        for x, y in zip(da, db)
+    ]
+
+
+def mean_se_text(values: Sequence[float], *, scale: float = 1.0) -> str:
+    """`mean ± standard error` ('-' without values)."""
+    if not values:
+        return "-"
+    m = statistics.fmean(values)
+    if len(values) < 2:
+        return f"{m * scale:+.1f}"
+    se = statistics.stdev(values) / math.sqrt(len(values))
+    return f"{m * scale:+.1f} ± {se * scale:.1f}"
+
+
 def render_tables(summary: Summary) -> list[str]:
-    """Table 2's three blocks as markdown lines."""
+    """Table 2's three blocks as markdown lines (and the sampled columns, when measured)."""
     ks = summary.budgets
     lines = ["### (A) Training stage", "", *_table(summary, BLOCK_A, {}), ""]
     if any(n in summary.rows for n in ("anchoring_only", "gating_only")):
@@ -189,4 +267,7 @@ def render_tables(summary: Summary) -> list[str]:
         ]
         avg = fmt(paired(par.avg_accuracy(), seq.avg_accuracy()), scale=100, digits=1)
         lines += [f"| parallel - sequential (paired by seed) | | {' | '.join(diffs)} | {avg} |", ""]
+    if any(r.sampled for r in summary.rows.values()):
+        order = [*BLOCK_A, *(n for n in BLOCK_B if n not in BLOCK_A)]
+        lines += _sampled_table(summary, order)
     return lines
