@@ -348,7 +348,7 @@ class SeedRecorder(ScriptedEngine):
 
 
 def test_a_seed_gives_each_sample_seeded_draws_of_its_own_and_a_rerun_the_same(tmp_path):
-    from paravt.eval.agent import sample_seed
+    from paravt.eval.sampling import sample_seed
 
     questions = [VideoQuestion(key, "v.mp4", "What colour?") for key in ("q#0", "q#1", "r#0")]
 

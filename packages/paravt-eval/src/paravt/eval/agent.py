@@ -14,7 +14,6 @@ never dropped.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -35,6 +34,7 @@ from paravt.core import (
 )
 from paravt.core.engines import HFEngine, OpenAIEngine
 from paravt.eval.config import EvalConfig
+from paravt.eval.sampling import seeded
 from paravt.eval.sources import VideoSource, default_source
 from paravt.eval.traces import SampleTrace, trace_from_episode
 from paravt.eval.video import local_path
@@ -99,28 +99,6 @@ class Prepared:
     agent_config: AgentConfig
 
 
-def sample_seed(seed: int, key: str) -> int:
-    """The sampling seed of the sample `key` in a run seeded with `seed` (a stable hash: the
-    same in every process, different for every key, so repeated samples of one question,
-    keyed apart, draw apart)."""
-    digest = hashlib.blake2b(f"paravt-eval/{seed}/{key}".encode(), digest_size=4).digest()
-    return int.from_bytes(digest, "little") >> 1
-
-
-def seeded(config: AgentConfig, seed: int) -> AgentConfig:
-    """`config` with seeded draws: the main agent's with `seed`, the sub-agents' with `seed + 1`,
-    each request keyed (`SamplingParams.batch_invariant`), so a local checkpoint's tokens do not
-    depend on what else shares the batch."""
-    return config.model_copy(
-        update={
-            "sampling": config.sampling.model_copy(update={"seed": seed, "batch_invariant": True}),
-            "subagent_sampling": config.subagent_sampling.model_copy(
-                update={"seed": seed + 1, "batch_invariant": True}
-            ),
-        }
-    )
-
-
 class EvalAgent:
     """Evaluates one model under one protocol. Not thread-safe; one instance per process.
 
@@ -146,12 +124,8 @@ class EvalAgent:
         if source is None:
             source = default_source(config, self.protocol)
         self.source = source
-        self.agent_config = self._runtime_config(self.protocol)
+        self.agent_config = self.protocol.agent_config(dispatch=config.dispatch)
         self._by_kind: dict[str, tuple[AgentProtocol, AgentConfig]] = {}
-
-    def _runtime_config(self, protocol: AgentProtocol) -> AgentConfig:
-        """`protocol`'s runtime settings with this run's dispatch."""
-        return protocol.agent_config(dispatch=self.config.dispatch)
 
     def config_for(self, sample: VideoQuestion) -> AgentConfig:
         """The agent config `sample` runs under (its kind of question picks the protocol)."""
@@ -163,7 +137,9 @@ class EvalAgent:
         if kind not in self._by_kind:
             protocol = self.protocol.for_question(kind, served=bool(self.config.base_url))
             config = (
-                self.agent_config if protocol is self.protocol else self._runtime_config(protocol)
+                self.agent_config
+                if protocol is self.protocol
+                else protocol.agent_config(dispatch=self.config.dispatch)
             )
             self._by_kind[kind] = (protocol, config)
         return self._by_kind[kind]
@@ -197,8 +173,7 @@ class EvalAgent:
         toolbox = self.source.toolbox(sample.video)
         task = AgentTask(sample.key, messages, toolbox, sample.question, answer_kind=kind)
         elapsed = time.perf_counter() - t0
-        if self.config.seed is not None:
-            agent_config = seeded(agent_config, sample_seed(self.config.seed, sample.key))
+        agent_config = seeded(agent_config, self.config.seed, sample.key)
         return Prepared(task, len(frames), duration_s, elapsed, p, agent_config)
 
     def run(
