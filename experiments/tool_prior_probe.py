@@ -57,6 +57,33 @@ def _split(ro: Any) -> dict[str, Any]:
     return out
 
 
+def sft_stage(
+    out: Path,
+    init: Path,
+    data: Any,
+    task: Any,
+    *,
+    seed: int,
+    steps: int,
+    prior: bool,
+    extra: Sequence[str] = (),
+) -> Path:
+    """One SFT stage of the task (`prior`: the tool prior's traces, else the cold start's) from
+    `init` into `out`, unless `out/final` is there already; returns `out/final`."""
+    from paravt.train import miniature as m
+    from paravt.train import train_sft
+
+    final = out / "final"
+    if not (final / "config.json").is_file():
+        t0 = time.perf_counter()
+        recipe = m.sft_recipe(
+            out, init, data, seed=seed, steps=steps, extra=extra, task=task, prior=prior
+        )
+        train_sft(recipe)
+        print(f"{out.name}: {steps} steps in {time.perf_counter() - t0:.0f} s", flush=True)
+    return final
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0)
@@ -75,7 +102,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from paravt.core.testing import build_tiny_qwen3vl
-    from paravt.train import load_rl_examples, train_sft
+    from paravt.train import load_rl_examples
     from paravt.train import miniature as m
 
     task = m.TASKS["prior"]
@@ -101,23 +128,9 @@ def main() -> None:
     }
 
     def sft(out: Path, init: Path, steps: int, prior: bool, extra: Sequence[str] = ()) -> Path:
-        final = out / "final"
-        if not (final / "config.json").is_file():
-            t0 = time.perf_counter()
-            train_sft(
-                m.sft_recipe(
-                    out,
-                    init,
-                    data,
-                    seed=args.seed,
-                    steps=steps,
-                    extra=[*quiet, *extra],
-                    task=task,
-                    prior=prior,
-                )
-            )
-            print(f"{out.name}: {steps} steps in {time.perf_counter() - t0:.0f} s", flush=True)
-        return final
+        return sft_stage(
+            out, init, data, task, seed=args.seed, steps=steps, prior=prior, extra=[*quiet, *extra]
+        )
 
     prior_model = (
         sft(
