@@ -1,12 +1,12 @@
 """Issue 45's preconditions, measured on probes of the SFT policy before any RL: is the tool worth
-calling at small budgets and not at the dense one, does the prior survive the cold start, and
-what does sampling several answers per question resolve that greedy decoding does not?
+calling at small budgets and not at the dense one, does the prior survive the cold start, and does
+greedy decoding still call?
 
-For one seed and one setting of the `prior` task (`--synth`, `--cold-steps`, `--prior-think`,
-`--cold-extra`): the task data, the tool-prior stage and the cold start (as
-`experiments/tool_prior_probe.py` builds them), then, on the held-out videos, at each overview
-budget K without gating, under each arm's protocol (`grpo`: no think prefix, vanilla reward;
-`para_grpo`: think prefix, PARA-GRPO reward):
+For one seed and one setting of the `prior` task (`--synth`, `--video`, `--cold-steps`,
+`--prior-steps`, `--prior-subagents`, `--cold-prior-mix`, `--prior-think`, `--cold-extra`): the
+task data, the tool-prior stage and the cold start (`tool_prior_probe.sft_stage`), then, on the
+held-out videos, at each overview budget K without gating, under each arm's protocol (`grpo`: no
+think prefix, vanilla reward; `para_grpo`: think prefix, PARA-GRPO reward):
 
 - `own`: the SFT policy as it is, at the recipe's temperature, `--samples` episodes a question
   (what the lr-0 control's rollouts are: its leak rate, f_tau, format ok, calls);
@@ -19,11 +19,13 @@ budget K without gating, under each arm's protocol (`grpo`: no think prefix, van
   ParaVT's format?).
 
 Also per K: the share of held-out videos whose K-frame overview shows the square at all (from the
-frames' timestamps and the video's needle window), the floor a no-tool policy that reads the
-overview perfectly would reach: shown + (1 - shown) / 4 colours.
+frames' timestamps and the video's needle window; a no-tool policy that reads the overview
+perfectly reaches shown + (1 - shown) / 4, with 4 colours), and per cell how often a sub-agent's
+report is right and how often the answer is a colour a report named. `--summarize JSON ...`
+prints the table of `experiments/README.md` with the targets (`TARGETS`) each setting meets.
 
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .nox/tests/bin/python experiments/preconditions_probe.py \\
-        --seed 0 --work /tmp/p45/w --out experiments/results/preconditions/base-s0.json
+        --seed 0 --work <scratch> --out experiments/results/preconditions/base-s0.json
 
 Nothing here trains an RL arm; the settings it compares are picked on these probes only.
 """
@@ -41,7 +43,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-COLOURS = 4  # the single layout's square colours (paravt.tools.synth OPTIONS)
 DIRECT_WORDS = "The overview shows"  # how every direct-answer teacher trace begins its think
 
 
