@@ -146,18 +146,22 @@ def summary(ro: Any) -> dict[str, Any]:
 
 
 def oracle_turn(sft_parquet: Path, think_prefix: bool) -> str:
-    """The teacher's calling turn (text after the runtime's assistant prefix)."""
+    """The teacher's calling turn (text after the runtime's assistant prefix): the first main-agent
+    assistant message that ParaVT's parser reads as valid calls."""
     import pyarrow.parquet as pq
 
+    from paravt.core import parse_response
     from paravt.core.prompts import THINK_PREFIX
 
     for row in pq.read_table(sft_parquet).to_pylist():
-        if row.get("agent") != "main" or len(row["messages"]) < 4:
+        if row.get("agent") != "main":
             continue
-        text: str = row["messages"][2]["content"]
-        if "<tool_call>" in text:
-            return text[len(THINK_PREFIX) :] if think_prefix else text
-    raise ValueError(f"{sft_parquet}: no calling teacher trace")
+        for m in row["messages"]:
+            calls = parse_response(m["content"]).tool_calls if m["role"] == "assistant" else []
+            if calls and all(c.ok for c in calls):
+                text: str = m["content"]
+                return text.removeprefix(THINK_PREFIX) if think_prefix else text
+    raise ValueError(f"{sft_parquet}: no teacher trace with a valid calling turn")
 
 
 def with_subagents(prior: Path, sft: Path) -> Path:
