@@ -33,7 +33,6 @@ Nothing here trains an RL arm; the settings it compares are picked on these prob
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import json
 import os
@@ -162,43 +161,6 @@ def oracle_turn(sft_parquet: Path, think_prefix: bool) -> str:
                 text: str = m["content"]
                 return text.removeprefix(THINK_PREFIX) if think_prefix else text
     raise ValueError(f"{sft_parquet}: no teacher trace with a valid calling turn")
-
-
-def with_subagents(prior: Path, sft: Path) -> Path:
-    """`prior`'s rows plus the sub-agent rows of `sft` (the same videos), written beside it."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    out = prior.with_name(prior.stem + "-sub.parquet")
-    if not out.is_file():
-        rows = pq.read_table(prior).to_pylist()
-        rows += [r for r in pq.read_table(sft).to_pylist() if r.get("agent") != "main"]
-        tmp = out.with_suffix(".tmp.parquet")
-        pq.write_table(pa.Table.from_pylist(rows), tmp)
-        tmp.replace(out)
-    return out
-
-
-def mix_of(prior: Path, share: float, seed: int) -> Path:
-    """A seeded `share` of the calling rows of `prior` (main agent, prior habits), beside it."""
-    import random
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    out = prior.with_name(f"{prior.stem}-mix{share:g}-s{seed}.parquet")
-    if not out.is_file():
-        rows = [
-            r
-            for r in pq.read_table(prior).to_pylist()
-            if r.get("agent") == "main"
-            and any("<tool_code>" in m["content"] for m in r["messages"])
-        ]
-        rows = random.Random(seed).sample(rows, round(share * len(rows)))
-        tmp = out.with_suffix(".tmp.parquet")
-        pq.write_table(pa.Table.from_pylist(rows), tmp)
-        tmp.replace(out)
-    return out
 
 
 def shown(frames: Any, examples: Sequence[Any], k: int) -> float:
@@ -332,6 +294,8 @@ def main() -> None:
             "synth": (*task.synth, *args.synth),
             "video": (*task.video, *args.video),
             "prior_think": task.prior_think or args.prior_think,
+            "prior_subagents": args.prior_subagents,
+            "cold_prior_mix": args.cold_prior_mix,
         }
     )
     prior_steps = task.prior_steps if args.prior_steps is None else args.prior_steps
@@ -376,16 +340,10 @@ def main() -> None:
 
     prior_tag = f"prior-{data_tag}-{prior_steps}"
     if args.prior_subagents:  # the prior stage also learns the sub-agents' reports (perception)
-        data = dataclasses.replace(
-            data, prior={k: with_subagents(p, data.sft[k]) for k, p in data.prior.items()}
-        )
         prior_tag += "-sub"
     prior_model = sft(root / prior_tag, base, prior_steps, True) if prior_steps else base
+    # the cold start: the teacher traces, with the task's share of the prior's calling traces
     cold_extra = list(args.cold_extra)
-    if args.cold_prior_mix > 0:  # some of the prior's calling traces stay in the cold start
-        mixed = [mix_of(p, args.cold_prior_mix, args.seed) for p in data.prior.values()]
-        every = [*map(str, data.sft.values()), *map(str, mixed)]
-        cold_extra.append(f"data.parquet=[{', '.join(every)}]")
     policy = sft(root / f"cold-{run_tag}", prior_model, cold_steps, False, cold_extra)
     t_sft = time.perf_counter() - t_start
 

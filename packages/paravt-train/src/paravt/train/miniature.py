@@ -27,6 +27,7 @@ settings chosen by measurement are explained next to the code that uses them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -229,6 +230,28 @@ class Task:
     sft_steps: int = 500  # cold-start steps
     token_anchoring: bool = False  # the anchored arms anchor at token level, tool calls included
     prior_think: bool = False  # the prior's calling turn thinks first (`prior_messages(think=)`)
+    # the prior stage also learns the sub-agents' teacher rows (perception): a pretrained VLM can
+    # describe frames already; only its calling habit differs from ParaVT's
+    prior_subagents: bool = False
+    # this share of the prior's calling traces joins the cold start's data, as a pretrained
+    # model's habits stay beside what it is fine-tuned on (seeded by the cold start's seed)
+    cold_prior_mix: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.cold_prior_mix <= 1.0:
+            raise ValueError(
+                f"Task {self.name!r}: cold_prior_mix={self.cold_prior_mix} is a share of the "
+                "prior's calling traces, between 0 and 1"
+            )
+        if (self.prior_subagents or self.cold_prior_mix) and not self.prior_steps:
+            raise ValueError(
+                f"Task {self.name!r}: prior_subagents / cold_prior_mix shape a tool-prior stage, "
+                "but prior_steps is 0; give the task prior steps or drop those settings"
+            )
+
+    def without_prior(self) -> Task:
+        """This task with no tool-prior stage (and so nothing of the prior in the cold start)."""
+        return dataclasses.replace(self, prior_steps=0, prior_subagents=False, cold_prior_mix=0.0)
 
 
 # The `prior` task (issue 32): Table 2 by the paper's own mechanism. Chosen on probes of the SFT
@@ -294,22 +317,52 @@ def prior_messages(
     return out
 
 
-def write_prior_traces(sft_parquet: Path, out: Path, *, think: bool = False) -> Path:
-    """`out`: the main-agent rows of `sft_parquet` with `prior_messages` traces (sub-agent rows
-    are left out: the prior is the main agent's calling habit)."""
+def _write_rows(rows: list[dict[str, Any]], out: Path) -> Path:
     import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tmp = out.with_suffix(".tmp.parquet")
+    pq.write_table(pa.Table.from_pylist(rows), tmp)
+    tmp.replace(out)  # a crash never leaves a half-written file under the cached name
+    return out
+
+
+def write_prior_traces(
+    sft_parquet: Path, out: Path, *, think: bool = False, subagents: bool = False
+) -> Path:
+    """`out`: the main-agent rows of `sft_parquet` with `prior_messages` traces; `subagents`: then
+    the sub-agent rows of `sft_parquet` as they are (perception, which the prior already has),
+    else those are left out (the prior is the main agent's calling habit)."""
     import pyarrow.parquet as pq
 
     if out.is_file():
         return out
-    rows = [r for r in pq.read_table(sft_parquet).to_pylist() if r.get("agent") == "main"]
+    every = pq.read_table(sft_parquet).to_pylist()
+    rows = [r for r in every if r.get("agent") == "main"]
     for r in rows:
         r["messages"] = prior_messages(r["messages"], think=think)
         r["id"] = f"{r['id']}_prior"
-    tmp = out.with_suffix(".tmp.parquet")
-    pq.write_table(pa.Table.from_pylist(rows), tmp)
-    tmp.replace(out)
-    return out
+    if subagents:
+        rows += [r for r in every if r.get("agent") != "main"]
+    return _write_rows(rows, out)
+
+
+def prior_mix(prior: Path, share: float, seed: int) -> Path:
+    """A `seed`ed `share` of the calling rows of the prior's traces `prior` (main agent, the
+    prior's `<tool_code>` habit), written beside it: what of the prior stays in the cold start."""
+    import random
+
+    import pyarrow.parquet as pq
+
+    out = prior.with_name(f"{prior.stem}-mix{share:g}-s{seed}.parquet")
+    if out.is_file():
+        return out
+    rows = [
+        r
+        for r in pq.read_table(prior).to_pylist()
+        if r.get("agent") == "main" and any("<tool_code>" in m["content"] for m in r["messages"])
+    ]
+    return _write_rows(random.Random(seed).sample(rows, round(share * len(rows))), out)
 
 
 # The context window of the `costly` task (issue 25), picked by measurement with
@@ -409,9 +462,14 @@ def make_task_data(
     sft = {k: root / f"synth-sft-k{k}" / "sft.parquet" for k in sft_budgets}
     prior = {}
     if task is not None and task.prior_steps:
-        name = "prior-think.parquet" if task.prior_think else "prior.parquet"
+        name = "prior" + "-think" * task.prior_think + "-sub" * task.prior_subagents
         prior = {
-            k: write_prior_traces(p, p.parent / name, think=task.prior_think)
+            k: write_prior_traces(
+                p,
+                p.parent / f"{name}.parquet",
+                think=task.prior_think,
+                subagents=task.prior_subagents,
+            )
             for k, p in sft.items()
         }
     return TaskData(
@@ -433,12 +491,21 @@ def sft_recipe(
     task: Task | None = None,
     prior: bool = False,
 ) -> SFTRecipe:
-    """The cold start: `tiny_sft` on the teacher traces of every budget in `data` (`prior`: the
-    tool prior's stage on `data.prior` instead)."""
-    traces = data.prior if prior else data.sft
+    """The cold start: `tiny_sft` on the teacher traces of every budget in `data`, with `task`'s
+    share of the prior's calling traces (`prior`: the tool prior's stage on `data.prior` instead)."""
+    traces = list((data.prior if prior else data.sft).values())
     if prior and not traces:
         raise ValueError("sft_recipe(prior=True): this task data has no prior traces")
-    parquets = ", ".join(str(p) for p in traces.values())
+    if not prior and task is not None and task.cold_prior_mix:
+        if not data.prior:
+            raise ValueError(
+                f"sft_recipe: task {task.name!r} keeps {task.cold_prior_mix:g} of the prior's "
+                "calling traces in the cold start, but this task data has no prior traces; make "
+                "it with make_task_data(task=...) for a task with prior steps, or train "
+                "task.without_prior()"
+            )
+        traces += [prior_mix(p, task.cold_prior_mix, seed) for p in data.prior.values()]
+    parquets = ", ".join(str(p) for p in traces)
     recipe = load_recipe(
         "tiny_sft",
         [

@@ -60,6 +60,13 @@ def steps_of(config: ReproduceConfig) -> tuple[int, int]:
     return prior, sft
 
 
+def task_of(config: ReproduceConfig) -> Any:
+    """The config's miniature task, without its tool-prior stage when the config asks for 0
+    prior steps (and so with none of the prior's traces in the cold start either)."""
+    task = _miniature().TASKS[config.task]
+    return task if steps_of(config)[0] else task.without_prior()
+
+
 @dataclass
 class SeedRuns:
     """Where one seed's checkpoints are, and how long each took to train."""
@@ -83,14 +90,14 @@ def ensure_data(config: ReproduceConfig) -> Any:
         f"task data in {root} ({config.n_sft_videos} SFT / {config.n_rl_videos} RL / "
         f"{config.n_eval} held-out videos)"
     )
-    task = m.TASKS[config.task]
+    task = task_of(config)
     return m.make_task_data(
         root,
         sft_budgets=task.sft_k,
         n_sft=config.n_sft_videos,
         n_rl=config.n_rl_videos,
         n_eval=config.n_eval,
-        task=task if steps_of(config)[0] else m.Task(**{**task.__dict__, "prior_steps": 0}),
+        task=task,
     )
 
 
@@ -133,7 +140,7 @@ def ensure_seed(config: ReproduceConfig, seed: int, data: Any, arms: list[str]) 
         )
         build_tiny_qwen3vl(base, seed=seed)
     common = ["logging.progress=false", f"distributed.device={config.device}"]
-    task = m.TASKS[config.task]
+    task = task_of(config)
     prior_steps, sft_steps = steps_of(config)
     # lazy: the optional extra paravt-eval[train]
     from paravt.train import train_sft
@@ -165,6 +172,8 @@ def ensure_seed(config: ReproduceConfig, seed: int, data: Any, arms: list[str]) 
     settings = {"steps": sft_steps, "seed": seed}
     if prior_steps:
         settings["prior_steps"] = prior_steps
+    if task.cold_prior_mix:  # a cold start with the prior's traces in it is another run
+        settings["cold_prior_mix"] = task.cold_prior_mix
     runs = SeedRuns(seed, base, sft_dir / "final")
     if prior_steps and seconds is not None:
         runs.seconds["prior"] = seconds
