@@ -181,14 +181,78 @@ TARGETS = {
     "leak_min": 0.05,  # the lr-0 control's rollouts (vanilla GRPO's protocol at K = 8)
     "f_tau_max": 0.5,  # "well below 1" under sampling (the paper's cold start: 0.13)
 }
+# How the second registration's task is chosen from these probes (written 2026-11-29, while the
+# C7 probes ran and before any of their numbers were read; the earlier settings' numbers were
+# known): among the settings probed on seeds 0 and 1, the candidate meets all six targets on both
+# seeds (several: the lowest mean f_tau); if none does, the most targets met over the two seeds
+# (ties: the lowest mean f_tau). The candidate is then probed on seeds 2 and 3, which no setting
+# has been probed on, and the preconditions table reports each target on all four seeds as it
+# comes out: a target holds for the task where it holds on every seed; where it does not, the
+# table says on how many, and no setting is picked again from seeds 2 and 3.
+SELECTION_SEEDS = (0, 1)
+CONFIRMATION_SEEDS = (2, 3)
+
+
+def _acc(r: dict[str, Any], cell: str) -> float:
+    return float(r["cells"][cell]["accuracy"])
+
+
+def measures(r: dict[str, Any]) -> dict[str, float]:
+    """The numbers the targets read, from one probe's JSON."""
+    p = "para_grpo"
+    lr0 = r["cells"].get("grpo/k8/own", {})
+    greedy = r["cells"][f"{p}/k2/greedy"]
+    return {
+        "gap_k2": _acc(r, f"{p}/k2/oracle") - _acc(r, f"{p}/k2/no_tool"),
+        "gap_k8": _acc(r, f"{p}/k8/oracle") - _acc(r, f"{p}/k8/no_tool"),
+        "own_over": _acc(r, f"{p}/k2/own") - _acc(r, f"{p}/k2/no_tool"),
+        "leak": lr0.get("leak_rate", float("nan")),
+        "f_tau": lr0.get("f_tau", float("nan")),
+        "format_ok": lr0.get("format_ok", float("nan")),
+        "greedy_calls": greedy["kappa"],
+        "greedy_format_ok": greedy["format_ok"],
+    }
+
+
+def targets_met(r: dict[str, Any]) -> list[bool]:
+    """Which of the six targets one probe meets, in `TARGETS`' order, greedy calling last."""
+    x = measures(r)
+    return [
+        x["gap_k2"] >= TARGETS["oracle_gap_k2_min"],
+        x["gap_k8"] <= TARGETS["oracle_gap_k8_max"],
+        x["own_over"] >= TARGETS["own_k2_over_floor_min"],
+        x["leak"] >= TARGETS["leak_min"],
+        x["f_tau"] <= TARGETS["f_tau_max"],
+        x["greedy_calls"] > 0 and x["greedy_format_ok"] >= 0.9,
+    ]
+
+
+def select(paths: Sequence[Path]) -> str:
+    """The candidate by the selection rule above, from probes named `<setting>-s<seed>.json`."""
+    by_setting: dict[str, dict[int, dict[str, Any]]] = {}
+    for path in paths:
+        r = json.loads(path.read_text(encoding="utf-8"))
+        setting = path.stem.rsplit("-s", 1)[0]
+        by_setting.setdefault(setting, {})[int(r["seed"])] = r
+    scored = []
+    for setting, seeds in by_setting.items():
+        if not all(s in seeds for s in SELECTION_SEEDS):
+            continue
+        met = [sum(targets_met(seeds[s])) for s in SELECTION_SEEDS]
+        f_tau = sum(measures(seeds[s])["f_tau"] for s in SELECTION_SEEDS) / len(SELECTION_SEEDS)
+        scored.append((-sum(met), f_tau, setting, met))
+    if not scored:
+        raise SystemExit(f"no setting was probed on every seed of {SELECTION_SEEDS}")
+    scored.sort()
+    lines = [
+        f"{name}: targets met {met} on seeds {SELECTION_SEEDS}, mean f_tau {f:.3f}"
+        for _, f, name, met in scored
+    ]
+    return "\n".join([f"candidate: {scored[0][2]}", *lines])
 
 
 def table(paths: Sequence[Path]) -> str:
     """One line per setting (JSON): the preconditions' numbers and which targets hold."""
-
-    def acc(r: dict[str, Any], cell: str) -> float:
-        return float(r["cells"][cell]["accuracy"])
-
     head = (
         "| setting | seed | shown K=2 / 8 | reports right | answer = a named colour | "
         "oracle K=2 | no-tool K=2 | gap K=2 | oracle K=8 | no-tool K=8 | gap K=8 | "
@@ -199,34 +263,21 @@ def table(paths: Sequence[Path]) -> str:
     for path in paths:
         r = json.loads(path.read_text(encoding="utf-8"))
         p = "para_grpo"
-        g2 = acc(r, f"{p}/k2/oracle") - acc(r, f"{p}/k2/no_tool")
-        g8 = acc(r, f"{p}/k8/oracle") - acc(r, f"{p}/k8/no_tool")
+        x = measures(r)
         own = r["cells"][f"{p}/k2/own"]
-        over = own["accuracy"] - acc(r, f"{p}/k2/no_tool")
-        lr0 = r["cells"].get("grpo/k8/own", {})
-        leak = lr0.get("leak_rate", float("nan"))
-        f_tau = lr0.get("f_tau", float("nan"))
-        greedy = r["cells"][f"{p}/k2/greedy"]
         oracle = r["cells"][f"{p}/k2/oracle"]
         para_leak = r["cells"][f"{p}/k8/own"]["leak_rate"]
-        fmt_ok = lr0.get("format_ok", float("nan"))
-        met = [
-            g2 >= TARGETS["oracle_gap_k2_min"],
-            g8 <= TARGETS["oracle_gap_k8_max"],
-            over >= TARGETS["own_k2_over_floor_min"],
-            leak >= TARGETS["leak_min"],
-            f_tau <= TARGETS["f_tau_max"],
-            greedy["kappa"] > 0 and greedy["format_ok"] >= 0.9,
-        ]
+        met = targets_met(r)
         lines.append(
             f"| {path.stem} | {r['seed']} | {r['shown']['k2']:.2f} / {r['shown']['k8']:.2f} | "
             f"{oracle['report_right']:.2f} | {oracle['accuracy_when_report_named_colour']:.2f} | "
-            f"{acc(r, f'{p}/k2/oracle'):.3f} | {acc(r, f'{p}/k2/no_tool'):.3f} | {g2:+.3f} | "
-            f"{acc(r, f'{p}/k8/oracle'):.3f} | {acc(r, f'{p}/k8/no_tool'):.3f} | {g8:+.3f} | "
-            f"{own['accuracy']:.3f} ({own['kappa']:.2f}) | {over:+.3f} | {leak:.3f}; "
-            f"{para_leak:.3f} | {f_tau:.2f}, {fmt_ok:.2f} | "
-            f"{greedy['kappa']:.2f}, {greedy['format_ok']:.2f} | "
-            f"{sum(met)} of 6 ({''.join('y' if x else '-' for x in met)}) |"
+            f"{_acc(r, f'{p}/k2/oracle'):.3f} | {_acc(r, f'{p}/k2/no_tool'):.3f} | "
+            f"{x['gap_k2']:+.3f} | {_acc(r, f'{p}/k8/oracle'):.3f} | "
+            f"{_acc(r, f'{p}/k8/no_tool'):.3f} | {x['gap_k8']:+.3f} | "
+            f"{own['accuracy']:.3f} ({own['kappa']:.2f}) | {x['own_over']:+.3f} | "
+            f"{x['leak']:.3f}; {para_leak:.3f} | {x['f_tau']:.2f}, {x['format_ok']:.2f} | "
+            f"{x['greedy_calls']:.2f}, {x['greedy_format_ok']:.2f} | "
+            f"{sum(met)} of 6 ({''.join('y' if y else '-' for y in met)}) |"
         )
     return "\n".join(lines)
 
@@ -234,6 +285,12 @@ def table(paths: Sequence[Path]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--summarize", nargs="+", type=Path, help="print the table of these JSONs")
+    ap.add_argument(
+        "--select",
+        nargs="+",
+        type=Path,
+        help="apply the selection rule (SELECTION_SEEDS) to these JSONs, named <setting>-s<seed>",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", type=Path, help="scratch directory (reused)")
     ap.add_argument("--out", type=Path, help="JSON results")
@@ -270,6 +327,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.summarize:
         print(table(args.summarize))
+        return
+    if args.select:
+        print(select(args.select))
         return
     if args.work is None or args.out is None:
         ap.error("--work and --out are required (or --summarize JSON ...)")
