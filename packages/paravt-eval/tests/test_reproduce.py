@@ -171,6 +171,31 @@ def test_an_interrupted_run_is_trained_again_and_other_settings_are_an_error(
         _finished(run, {"steps": 40})
 
 
+def test_prior_kept_keeps_its_prior_in_the_cold_start_and_zero_prior_steps_drop_all_of_it(
+    tmp_path: Path,
+) -> None:
+    """The task issue 45's probes chose: its cold start trains on the teacher traces and the
+    prior's calling traces (drawn by the seed); `--prior-steps 0` trains neither the prior
+    stage nor any of its traces, rather than failing or mixing in a prior it never made."""
+    from paravt.eval.reproduce.training import ensure_data, task_of
+    from paravt.train import miniature as m
+
+    config = ReproduceConfig.quick(tmp_path, task="prior_kept", n_sft_videos=4)
+    data = ensure_data(config)
+    task = task_of(config)
+    assert task.cold_prior_mix == 1.0 and set(data.prior) == {2, 4, 8}
+    cold = m.sft_recipe(tmp_path / "sft", tmp_path / "m", data, seed=1, task=task)
+    mixed = [str(p.with_name("prior-sub-mix1-s1.parquet")) for p in data.prior.values()]
+    assert cold.data.parquet == [*map(str, data.sft.values()), *mixed]
+    bare = ReproduceConfig.quick(
+        tmp_path / "bare", task="prior_kept", n_sft_videos=4, prior_steps=0
+    )
+    bare_data = ensure_data(bare)
+    assert not bare_data.prior and task_of(bare).cold_prior_mix == 0.0
+    bare_cold = m.sft_recipe(tmp_path / "s2", tmp_path / "m", bare_data, seed=1, task=task_of(bare))
+    assert bare_cold.data.parquet == [str(p) for p in bare_data.sft.values()]
+
+
 def test_config_errors_name_the_fix(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="each block is one of A, B, C"):
         ReproduceConfig(out=tmp_path, blocks=("A", "D"))
@@ -180,7 +205,7 @@ def test_config_errors_name_the_fix(tmp_path: Path) -> None:
 
 def test_the_task_variants_named_in_the_config_are_the_miniatures() -> None:
     assert set(TASKS) == set(MINIATURE_TASKS) and ReproduceConfig().task == DEFAULT_TASK
-    with pytest.raises(ValueError, match="task 'cheap': one of prior, costly, plain"):
+    with pytest.raises(ValueError, match=r"task .cheap.: one of prior, prior_kept, costly, plain"):
         ReproduceConfig(task="cheap")
 
 

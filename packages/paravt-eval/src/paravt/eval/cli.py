@@ -15,6 +15,7 @@ from pathlib import Path
 
 from paravt.core import PROMPT_MODES, add_debug, run_command, style
 from paravt.eval.config import DRIVER_TIMEOUT_S
+from paravt.eval.reproduce.config import TASKS
 
 
 def _model_path(value: str) -> str:
@@ -297,12 +298,14 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--blocks", default=None, help="Table 2 blocks to run (default: A,B,C)")
     rep.add_argument(
         "--task",
-        choices=("prior", "costly", "plain"),
+        choices=TASKS,
         default=None,
         help="the miniature's task variant: 'prior' (default: the paper's mechanism, a competing "
         "tool prior before a short cold start, a dense budget often but not always enough, the "
-        "gate over it), 'costly' (a context window that a tool call overflows at the dense "
-        "K = 8 overview) or 'plain' (calls cost nothing)",
+        "gate over it), 'prior_kept' (the same with the preconditions its registered run lacked, "
+        "made true on probes: a tool worth calling at K = 2, a prior the cold start keeps, a "
+        "1200-step cold start), 'costly' (a context window that a tool call overflows at the "
+        "dense K = 8 overview) or 'plain' (calls cost nothing)",
     )
     rep.add_argument(
         "--sft-steps", type=int, default=None, help="cold-start SFT steps (default: the task's)"

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 BLOCKS = ("A", "B", "C")
 # the task variants of paravt.train.miniature.TASKS (named here so the config loads without torch;
 # tests/test_reproduce checks the two lists agree)
-TASKS = ("prior", "costly", "plain")
+TASKS = ("prior", "prior_kept", "costly", "plain")
 # Overview budgets of the held-out columns: 8, the dense budget (the analogue of the paper's 64
 # frames: the primary column), then 4 and 2 (the overview usually misses the square).
 EVAL_BUDGETS = (8, 4, 2)
@@ -32,14 +32,17 @@ class ReproduceConfig(BaseModel):
         "prior",
         description="The miniature's task variant (paravt.train.miniature.TASKS): 'prior' (the "
         "paper's mechanism: a competing tool prior pre-trained before a short cold start, a "
-        "dense budget often but not always enough, the gate over it), 'costly' (a context "
+        "dense budget often but not always enough, the gate over it), 'prior_kept' (the same "
+        "with the preconditions its registered run lacked, made true on probes of the SFT "
+        "policy: a tool worth calling at K = 2 and a prior the cold start keeps; issue 45), "
+        "'costly' (a context "
         "window a tool call can overflow at the dense overview; issue 25) or 'plain' (calls cost "
         "nothing).",
     )
     seeds: tuple[int, ...] = Field((0, 1, 2, 3, 4), min_length=1, description="Training seeds.")
     blocks: tuple[str, ...] = Field(BLOCKS, min_length=1, description="Table 2 blocks to run.")
     sft_steps: int | None = Field(
-        None, ge=1, description="Cold-start SFT steps (default: the task's, 500 or 100)."
+        None, ge=1, description="Cold-start SFT steps (default: the task's: 500, 100 or 1200)."
     )
     prior_steps: int | None = Field(
         None, ge=0, description="Tool-prior steps before the cold start (default: the task's)."
