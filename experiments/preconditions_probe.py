@@ -311,7 +311,8 @@ def main() -> None:
         type=float,
         default=0.0,
         help="this share of the prior's calling traces (main agent, every K) joins the cold "
-        "start's data, as a pretrained model's habits stay in what it is fine-tuned beside",
+        "start's data, as a pretrained model's habits stay in what it is fine-tuned beside "
+        "(above 1 they repeat: more prior data)",
     )
     ap.add_argument("--cold-extra", nargs="*", default=[], help="cold-start recipe overrides")
     ap.add_argument("--ks", type=int, nargs="+", default=[2, 4, 8])

@@ -96,6 +96,10 @@ def test_the_cold_start_keeps_a_seeded_share_of_the_prior_calling_traces(sft_par
     assert [r["id"] for r in again] == [r["id"] for r in half]
     assert [r["id"] for r in other] != [r["id"] for r in half]  # a seed's own draw
     assert len(pq.read_table(m.prior_mix(prior, 1.0, seed=3))) == 10
+    # more prior data: above 1 every calling trace repeats, the fraction drawn again
+    more = [r["id"] for r in pq.read_table(m.prior_mix(prior, 1.5, seed=3)).to_pylist()]
+    assert len(more) == 15 and sorted({more.count(i) for i in more}) == [1, 2]
+    assert sum(more.count(i) == 2 for i in set(more)) == 5
 
 
 def test_sft_recipe_mixes_the_prior_into_the_cold_start_only(
@@ -138,7 +142,7 @@ def test_sft_recipe_mixes_the_prior_into_the_cold_start_only(
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"prior_steps": 10, "cold_prior_mix": 1.5}, "between 0 and 1"),
+        ({"prior_steps": 10, "cold_prior_mix": 4.5}, "between 0 and 4"),
         ({"cold_prior_mix": 0.5}, "prior_steps is 0"),
         ({"prior_subagents": True}, "prior_steps is 0"),
     ],

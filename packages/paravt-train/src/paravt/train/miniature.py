@@ -238,10 +238,10 @@ class Task:
     cold_prior_mix: float = 0.0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.cold_prior_mix <= 1.0:
+        if not 0.0 <= self.cold_prior_mix <= 4.0:
             raise ValueError(
                 f"Task {self.name!r}: cold_prior_mix={self.cold_prior_mix} is a share of the "
-                "prior's calling traces, between 0 and 1"
+                "prior's calling traces, between 0 and 4 (above 1 they repeat)"
             )
         if (self.prior_subagents or self.cold_prior_mix) and not self.prior_steps:
             raise ValueError(
@@ -349,7 +349,8 @@ def write_prior_traces(
 
 def prior_mix(prior: Path, share: float, seed: int) -> Path:
     """A `seed`ed `share` of the calling rows of the prior's traces `prior` (main agent, the
-    prior's `<tool_code>` habit), written beside it: what of the prior stays in the cold start."""
+    prior's `<tool_code>` habit), written beside it: what of the prior stays in the cold start.
+    A share above 1 repeats them (1.5: each once, and half of them twice): more prior data."""
     import random
 
     import pyarrow.parquet as pq
@@ -362,7 +363,11 @@ def prior_mix(prior: Path, share: float, seed: int) -> Path:
         for r in pq.read_table(prior).to_pylist()
         if r.get("agent") == "main" and any("<tool_code>" in m["content"] for m in r["messages"])
     ]
-    return _write_rows(random.Random(seed).sample(rows, round(share * len(rows))), out)
+    rng = random.Random(seed)
+    whole = int(share)  # above 1: every row that many times (each copy in its own order), then
+    drawn = [r for _ in range(whole) for r in rng.sample(rows, len(rows))]  # the fraction drawn
+    drawn += rng.sample(rows, round((share - whole) * len(rows)))
+    return _write_rows(drawn, out)
 
 
 # The `prior_kept` task (issue 45): the `prior` task with the three preconditions its registered
