@@ -251,6 +251,30 @@ def select(paths: Sequence[Path]) -> str:
     return "\n".join([f"candidate: {scored[0][2]}", *lines])
 
 
+def preconditions_table(paths: Sequence[Path]) -> str:
+    """The preconditions of one setting, a row per seed and how many seeds meet each target."""
+    names = ["oracle - no-tool K=2", "oracle - no-tool K=8", "own - no-tool K=2", "leak (lr-0)"]
+    names += ["f_tau (lr-0)", "greedy K=2 calls"]
+    t = TARGETS
+    bounds = [f">= {t['oracle_gap_k2_min']:g}", f"<= {t['oracle_gap_k8_max']:g}"]
+    bounds += [f">= {t['own_k2_over_floor_min']:g}", f">= {t['leak_min']:g}"]
+    bounds += [f"<= {t['f_tau_max']:g}", "> 0, format ok >= 0.9"]
+    lines = ["| seed | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    lines.append("| target | " + " | ".join(bounds) + " |")
+    held = [0] * len(names)
+    for path in paths:
+        r = json.loads(path.read_text(encoding="utf-8"))
+        x = measures(r)
+        met = targets_met(r)
+        held = [h + int(m) for h, m in zip(held, met, strict=True)]
+        cells = [f"{x['gap_k2']:+.3f}", f"{x['gap_k8']:+.3f}", f"{x['own_over']:+.3f}"]
+        cells += [f"{x['leak']:.3f}", f"{x['f_tau']:.2f}", f"{x['greedy_calls']:.2f}"]
+        marked = [c if m else f"**{c}** (missed)" for c, m in zip(cells, met, strict=True)]
+        lines.append(f"| {r['seed']} | " + " | ".join(marked) + " |")
+    lines.append("| holds on | " + " | ".join(f"{h} of {len(paths)}" for h in held) + " |")
+    return "\n".join(lines)
+
+
 def table(paths: Sequence[Path]) -> str:
     """One line per setting (JSON): the preconditions' numbers and which targets hold."""
     head = (
@@ -285,6 +309,12 @@ def table(paths: Sequence[Path]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--summarize", nargs="+", type=Path, help="print the table of these JSONs")
+    ap.add_argument(
+        "--preconditions",
+        nargs="+",
+        type=Path,
+        help="the preconditions table of one setting: these JSONs, a row per seed",
+    )
     ap.add_argument(
         "--select",
         nargs="+",
@@ -331,6 +361,9 @@ def main() -> None:
         return
     if args.select:
         print(select(args.select))
+        return
+    if args.preconditions:
+        print(preconditions_table(args.preconditions))
         return
     if args.work is None or args.out is None:
         ap.error("--work and --out are required (or --summarize JSON ...)")
