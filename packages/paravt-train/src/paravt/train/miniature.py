@@ -376,10 +376,10 @@ def prior_mix(prior: Path, share: float, seed: int) -> Path:
 # never on trained arms. The square shows for 2 s, three quarters of the teacher traces call, the
 # prior stage also learns the sub-agents' reports (perception: reports right in 0.88-1.00 of
 # calls), and the cold start is long (1200 steps) with every one of the prior's calling traces in
-# it. On seeds 0 and 1: an oracle's calls beat the overview by 0.31 / 0.54 at K = 2 and not at
-# K = 8, the SFT policy's own K = 2 accuracy is 0.23 / 0.41 above it, the lr-0 control leaks the
-# prior in 0.38 / 0.41 of its rollouts, greedy decoding calls; its f_tau (0.57 / 0.53) misses the
-# 0.5 target. The probes' table has every setting tried and the fresh seeds 2 and 3.
+# it. On seeds 0-3 (2 and 3 probed after the choice): an oracle's calls beat the overview by
+# 0.305-0.609 at K = 2 and not at K = 8, the SFT policy's own K = 2 accuracy is 0.23-0.41 above
+# it, the lr-0 control leaks the prior in 0.38-0.41 of its rollouts, greedy decoding calls; its
+# f_tau (0.53-0.57) misses the 0.5 target on every seed.
 PRIOR_KEPT_NEEDLE_S = 2.0
 PRIOR_KEPT_TOOL_FRACTION = 0.75
 PRIOR_KEPT_COLD_START_STEPS = 1200
