@@ -3,10 +3,13 @@ tables: each rule holds exactly where docs/reproduce_rules.md says, at its bound
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
+from paravt.eval.reproduce.registration import REGISTERED, registration
 from paravt.eval.reproduce.rules import most, pooled_gain, render_results, verdicts
 from paravt.eval.reproduce.tables import Row, Summary
 
@@ -152,5 +155,43 @@ def test_a_missing_seed_value_is_not_a_measurement() -> None:
 def test_the_results_section_names_each_rule_and_its_commit() -> None:
     summary = Summary([0, 1], [DENSE, SMALL], {}, None, setup={})
     text = "\n".join(render_results(summary, rules_commit="abc1234 2026-11-26"))
-    assert "commit abc1234 2026-11-26" in text and "| A2 |" in text and "| C1 |" in text
+    assert "of any of them: abc1234 2026-11-26" in text and "| A2 |" in text and "| C1 |" in text
     assert text.count("**not run**") == len(verdicts(summary))
+
+
+def test_the_registration_is_the_last_commit_of_the_rules_their_words_or_the_settings(
+    tmp_path: Path,
+) -> None:
+    """Editing a rule's words or a task's settings after the registration commit is flagged by
+    name, as an edit of the rules module is; a commit of any of them is the new registration."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+
+    assert registration(tmp_path) is None  # not a checkout: the tables say "unknown"
+    git("init", "-q")
+    for path in REGISTERED:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("v1\n")
+    (tmp_path / "README.md").write_text("v1\n")
+    git("add", "-A")
+    git("commit", "-qm", "registration")
+    first = git("log", "-1", "--format=%h")
+    assert registration(tmp_path).split()[0] == first  # type: ignore[union-attr]
+    (tmp_path / "README.md").write_text("v2\n")  # not a registered file: no flag
+    assert "uncommitted" not in registration(tmp_path)  # type: ignore[operator]
+    doc, settings = "docs/reproduce_rules.md", REGISTERED[2]
+    (tmp_path / doc).write_text("a looser margin\n")
+    (tmp_path / settings).write_text("another needle\n")
+    flagged = registration(tmp_path)
+    assert flagged is not None and flagged.startswith(first)
+    assert f"uncommitted changes to {doc}, {settings}: these verdicts are not" in flagged
+    git("commit", "-qam", "new rules")
+    second = registration(tmp_path)
+    assert second is not None and second.split()[0] != first and "uncommitted" not in second

@@ -1,8 +1,9 @@
 """Table 2's claims with their verdict rules, fixed before the run they judge (issue 32).
 
 Every rule is written here, in code, and in words in `docs/reproduce_rules.md`; the commit that
-adds or changes a rule must precede the run whose tables it judges (the tables print the commit
-of this file they were judged with; a rule changed after a run needs a new run). The rules judge
+adds or changes a rule must precede the run whose tables it judges (the tables print the last
+commit of this file, its doc or the settings, and name any of them edited since: `registration`;
+a rule changed after a run needs a new run). The rules judge
 the `prior` task (`JUDGED_TASKS`); the older tasks keep their exploratory claims
 (`reproduce/claims.py`).
 
@@ -384,8 +385,9 @@ def render_results(s: Summary, *, rules_commit: str | None = None) -> list[str]:
     lines = [
         "## Results: the paper's claims, by rules fixed before this run",
         "",
-        f"Each rule was committed before the run it judges (rules: `paravt.eval.reproduce.rules`, "
-        f"commit {commit}; in words: docs/reproduce_rules.md). {len(s.seeds)} seeds; 'most "
+        f"Each rule was committed before the run it judges (rules: `paravt.eval.reproduce.rules`; "
+        "in words: docs/reproduce_rules.md; settings: `paravt.train.miniature` and the tiny "
+        f"recipes; the last commit of any of them: {commit}). {len(s.seeds)} seeds; 'most "
         f"seeds' = at least {most(len(s.seeds))} of {len(s.seeds)}.",
         "",
         "| | Claim | Paper | Rule | Miniature | Evidence |",

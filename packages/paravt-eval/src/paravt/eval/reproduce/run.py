@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paravt.eval.reproduce import rules
 from paravt.eval.reproduce.cells import (
     accuracy_cell,
     held_out_documents,
@@ -33,6 +32,7 @@ from paravt.eval.reproduce.claims import render_results
 from paravt.eval.reproduce.config import ReproduceConfig
 from paravt.eval.reproduce.paper import run_paper_splits
 from paravt.eval.reproduce.progress import log, restart_clock
+from paravt.eval.reproduce.registration import registration
 from paravt.eval.reproduce.rules import JUDGED_TASKS
 from paravt.eval.reproduce.rules import render_results as render_ruled_results
 from paravt.eval.reproduce.tables import LABELS, Row, Summary, mean_sd, render_tables
@@ -257,34 +257,6 @@ def _task_lines(st: dict[str, Any]) -> list[str]:
     ]
 
 
-def _rules_commit() -> str | None:
-    """The last commit that changed the rules module, when run from a git checkout."""
-    import subprocess
-
-    path = Path(rules.__file__)
-    try:
-        done = subprocess.run(
-            ["git", "log", "-1", "--format=%h %ad", "--date=iso", "--", path.name],
-            cwd=path.parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--", path.name],
-        cwd=path.parent,
-        capture_output=True,
-        text=True,
-        timeout=10,
-    ).stdout.strip()
-    commit = done.stdout.strip() or None
-    if commit and dirty:
-        commit += " (with uncommitted changes: these verdicts are not pre-registered)"
-    return commit
-
-
 def render_report(s: Summary, config: ReproduceConfig) -> str:
     st = s.setup
     gate = st["gate"]
@@ -372,7 +344,7 @@ def render_report(s: Summary, config: ReproduceConfig) -> str:
         f"{', '.join(map(str, st['load_average_at_end']))}.",
         "",
         *(
-            render_ruled_results(s, rules_commit=_rules_commit())
+            render_ruled_results(s, rules_commit=registration())
             if st.get("task") in JUDGED_TASKS
             else render_results(s)
         ),
