@@ -42,7 +42,7 @@ def main() -> None:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--seed", type=int, required=True, help="training seed (data, sampling)")
-    parser.add_argument("--numeric", choices=["bf16", "fp32"], required=True)
+    parser.add_argument("--numeric", choices=["bf16", "bf16_via_fp32", "fp32"], required=True)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--rl-steps", type=int, default=32, help="RL steps (default 32)")
     parser.add_argument(

@@ -97,6 +97,9 @@ NUMERICS: dict[str, tuple[str, ...]] = {
     "fp32": (),
     "bf16": ("model.dtype=bfloat16", "distributed.strategy=fsdp2", "distributed.device=cpu"),
 }
+# The same bf16 rounding points on a CPU without bf16 instructions (AVX2), where native bf16
+# matmuls are about 100x slower: matmuls through fp32 kernels (paravt.train.numerics).
+NUMERICS["bf16_via_fp32"] = (*NUMERICS["bf16"], "model.bf16_matmul=fp32")
 # "Learning rate 0" for control runs: the recipe requires lr > 0; at 1e-30 no float32 weight moves.
 LR_ZERO = 1e-30
 GATED_K = (2, 4)  # the smoke run's and the learning test's gate

@@ -19,6 +19,7 @@ import torch
 
 from paravt.core import Frame, Message, TextPart, render_frames
 from paravt.core.tiny import build_tiny_qwen3vl
+from paravt.train.numerics import apply_matmul_setting
 from paravt.train.process_group import all_reduce_max_int
 from paravt.train.ranks import barrier, is_rank0
 from paravt.train.recipe import ModelSpec
@@ -74,6 +75,7 @@ def load_model_and_processor(
     model = AutoModelForImageTextToText.from_pretrained(
         str(source), dtype=dtype, attn_implementation=spec.attn_implementation
     ).to(device)
+    apply_matmul_setting(model, spec.bf16_matmul)
     processor = AutoProcessor.from_pretrained(str(source))
     if spec.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -64,6 +64,13 @@ class ModelSpec(_Strict):
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in the backward pass (less memory, ~30% slower)."
     )
+    bf16_matmul: Literal["native", "fp32"] = Field(
+        "native",
+        description="How bf16 linear and convolution layers run: 'native' kernels, or 'fp32' "
+        "(inputs and weights upcast exactly, fp32 kernels accumulate, outputs rounded to bf16: "
+        "a GPU's rounding points) for CPUs without bf16 instructions (AVX2), where native bf16 "
+        "matmuls are about 100x slower than fp32 (paravt.train.numerics). No effect in fp32.",
+    )
     attn_implementation: str = Field("sdpa", description="transformers attention backend.")
     logprob_chunk_tokens: int = Field(
         1024,

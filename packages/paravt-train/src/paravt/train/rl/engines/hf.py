@@ -10,6 +10,7 @@ import torch
 
 from paravt.core.engines import HFEngine
 from paravt.train.engine_checks import HFChecks
+from paravt.train.numerics import apply_matmul_setting
 from paravt.train.rl.engines.base import Bucket, EngineContext, RolloutEngine
 
 
@@ -58,6 +59,7 @@ class HFReplica(HFRollouts):
             str(ctx.model_path), dtype=ctx.backend.compute_dtype
         ).to(ctx.device)
         replica.requires_grad_(False).eval()
+        apply_matmul_setting(replica, ctx.recipe.model.bf16_matmul)
         return cls(replica, ctx.processor)
 
     def load_weights(self, buckets: Iterable[Bucket], version: str) -> None:
