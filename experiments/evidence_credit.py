@@ -22,7 +22,8 @@ ok, f_tau, ...) and the scores per prompt.
 `--numeric fp32` is the learning test's setting (no sharding, fp32 weights and compute);
 `bf16` is the GPU check's learning row (`distributed.strategy=fsdp2` with world size 1: fp32
 master weights, `MixedPrecisionPolicy(param_dtype=bf16)`; the rollout engine and the evaluation
-in bf16 weights). One torch thread per cell, whatever the machine.
+in bf16 weights); `bf16_via_fp32` is `bf16` with its matmuls through fp32 kernels
+(`model.bf16_matmul=fp32`: the same rounding points, for CPUs without bf16 instructions). One torch thread per cell, whatever the machine.
 """
 
 from __future__ import annotations

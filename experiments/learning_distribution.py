@@ -51,7 +51,9 @@ def main() -> None:
         choices=sorted(NUMERIC_NAMES),
         default="fp32",
         help="fp32 (the test's default) or bf16: the GPU's bf16 compute over fp32 master weights "
-        "(miniature.NUMERICS), for the cold start, the runs and the evaluations",
+        "(miniature.NUMERICS), for the cold start, the runs and the evaluations; bf16_via_fp32: "
+        "the same rounding points with the matmuls through fp32 kernels, for CPUs without bf16 "
+        "instructions (native bf16 is about 7x slower end to end there)",
     )
     parser.add_argument(
         "--eval-at",
