@@ -373,6 +373,27 @@ def prior_mix(prior: Path, share: float, seed: int) -> Path:
     return _write_rows(drawn, out)
 
 
+PRIOR_TASK = Task(
+    "prior",
+    "the paper's mechanism: a competing tool prior pre-trained before a short cold start "
+    f"({PRIOR_STEPS} + {PRIOR_COLD_START_STEPS} SFT steps), a needle of "
+    f"{PRIOR_NEEDLE_S:g} s that the dense K = {TABLE2_FIXED_K} overview shows in most "
+    "videos but not all, the gate over "
+    f"{list(PRIOR_GATE)} (dense budget included) and token-level anchoring with the "
+    "tool-call boundaries in the anchored arms",
+    synth=(
+        f"data.synth.needle_s={PRIOR_NEEDLE_S}",
+        f"data.synth.crop_max_frames={PRIOR_CROP_FRAMES}",
+    ),
+    video=(f"video.max_crop_frames={PRIOR_CROP_FRAMES}",),
+    # a seeded run samples the same tokens however its requests happen to be batched
+    rollout=("rollout.batch_invariant_sampling=true",),
+    gate=PRIOR_GATE,
+    prior_steps=PRIOR_STEPS,
+    sft_steps=PRIOR_COLD_START_STEPS,
+    token_anchoring=True,
+)
+
 # The `prior_kept` task (issue 45): the `prior` task with the three preconditions its registered
 # run lacked, chosen on probes of the SFT policy by the rule committed before the last of them
 # (experiments/preconditions_probe.py, SELECTION; experiments/README.md, "preconditions_probe.py"),
@@ -387,6 +408,24 @@ PRIOR_KEPT_NEEDLE_S = 2.0
 PRIOR_KEPT_TOOL_FRACTION = 0.75
 PRIOR_KEPT_COLD_START_STEPS = 1200
 PRIOR_KEPT_MIX = 1.0
+
+PRIOR_KEPT_TASK = dataclasses.replace(
+    PRIOR_TASK,
+    name="prior_kept",
+    summary="the `prior` task with its preconditions made true on probes: a needle of "
+    f"{PRIOR_KEPT_NEEDLE_S:g} s, {PRIOR_KEPT_TOOL_FRACTION:g} of the teacher traces calling, the "
+    f"sub-agents' reports in the prior's {PRIOR_STEPS} steps, and a "
+    f"{PRIOR_KEPT_COLD_START_STEPS}-step cold start that keeps {PRIOR_KEPT_MIX:g} of the prior's "
+    "calling traces",
+    synth=(
+        *PRIOR_TASK.synth,
+        f"data.synth.tool_fraction={PRIOR_KEPT_TOOL_FRACTION}",
+        f"data.synth.needle_s={PRIOR_KEPT_NEEDLE_S}",
+    ),
+    sft_steps=PRIOR_KEPT_COLD_START_STEPS,
+    prior_subagents=True,
+    cold_prior_mix=PRIOR_KEPT_MIX,
+)
 
 # The context window of the `costly` task (issue 25), picked by measurement with
 # experiments/tool_prior_paradox.py (the SFT policy of seed 0, 32 RL prompts x 8 episodes at
@@ -414,47 +453,8 @@ TASKS: dict[str, Task] = {
             (f"rollout.max_context_tokens={COSTLY_CONTEXT_TOKENS}",),
         ),
         Task("plain", "no context limit: a tool call never costs anything"),
-        Task(
-            "prior",
-            "the paper's mechanism: a competing tool prior pre-trained before a short cold start "
-            f"({PRIOR_STEPS} + {PRIOR_COLD_START_STEPS} SFT steps), a needle of "
-            f"{PRIOR_NEEDLE_S:g} s that the dense K = {TABLE2_FIXED_K} overview shows in most "
-            "videos but not all, the gate over "
-            f"{list(PRIOR_GATE)} (dense budget included) and token-level anchoring with the "
-            "tool-call boundaries in the anchored arms",
-            synth=(
-                f"data.synth.needle_s={PRIOR_NEEDLE_S}",
-                f"data.synth.crop_max_frames={PRIOR_CROP_FRAMES}",
-            ),
-            video=(f"video.max_crop_frames={PRIOR_CROP_FRAMES}",),
-            # a seeded run samples the same tokens however its requests happen to be batched
-            rollout=("rollout.batch_invariant_sampling=true",),
-            gate=PRIOR_GATE,
-            prior_steps=PRIOR_STEPS,
-            sft_steps=PRIOR_COLD_START_STEPS,
-            token_anchoring=True,
-        ),
-        Task(
-            "prior_kept",
-            "the `prior` task with its preconditions made true on probes: a needle of "
-            f"{PRIOR_KEPT_NEEDLE_S:g} s, {PRIOR_KEPT_TOOL_FRACTION:g} of the teacher traces calling, "
-            f"the sub-agents' reports in the prior's {PRIOR_STEPS} steps, and a "
-            f"{PRIOR_KEPT_COLD_START_STEPS}-step cold start that keeps {PRIOR_KEPT_MIX:g} of the "
-            "prior's calling traces",
-            synth=(
-                f"data.synth.needle_s={PRIOR_KEPT_NEEDLE_S}",
-                f"data.synth.crop_max_frames={PRIOR_CROP_FRAMES}",
-                f"data.synth.tool_fraction={PRIOR_KEPT_TOOL_FRACTION}",
-            ),
-            video=(f"video.max_crop_frames={PRIOR_CROP_FRAMES}",),
-            rollout=("rollout.batch_invariant_sampling=true",),
-            gate=PRIOR_GATE,
-            prior_steps=PRIOR_STEPS,
-            sft_steps=PRIOR_KEPT_COLD_START_STEPS,
-            token_anchoring=True,
-            prior_subagents=True,
-            cold_prior_mix=PRIOR_KEPT_MIX,
-        ),
+        PRIOR_TASK,
+        PRIOR_KEPT_TASK,
     )
 }
 DEFAULT_TASK = "prior"
