@@ -183,9 +183,10 @@ def test_prior_kept_keeps_its_prior_in_the_cold_start_and_zero_prior_steps_drop_
     config = ReproduceConfig.quick(tmp_path, task="prior_kept", n_sft_videos=4)
     data = ensure_data(config)
     task = task_of(config)
-    assert task.cold_prior_mix == 1.0 and set(data.prior) == {2, 4, 8}
+    assert task.cold_prior_mix == m.PRIOR_KEPT_MIX and set(data.prior) == {2, 4, 8}
     cold = m.sft_recipe(tmp_path / "sft", tmp_path / "m", data, seed=1, task=task)
-    mixed = [str(p.with_name("prior-sub-mix1-s1.parquet")) for p in data.prior.values()]
+    name = f"prior-sub-mix{m.PRIOR_KEPT_MIX:g}-s1.parquet"
+    mixed = [str(p.with_name(name)) for p in data.prior.values()]
     assert cold.data.parquet == [*map(str, data.sft.values()), *mixed]
     bare = ReproduceConfig.quick(
         tmp_path / "bare", task="prior_kept", n_sft_videos=4, prior_steps=0

@@ -304,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
         "tool prior before a short cold start, a dense budget often but not always enough, the "
         "gate over it), 'prior_kept' (the same with the preconditions its registered run lacked, "
         "made true on probes: a tool worth calling at K = 2, a prior the cold start keeps, a "
-        "1200-step cold start), 'costly' (a context window that a tool call overflows at the "
+        "1600-step cold start), 'costly' (a context window that a tool call overflows at the "
         "dense K = 8 overview) or 'plain' (calls cost nothing)",
     )
     rep.add_argument(

@@ -397,17 +397,18 @@ PRIOR_TASK = Task(
 # The `prior_kept` task (issue 45): the `prior` task with the three preconditions its registered
 # run lacked, chosen on probes of the SFT policy by the rule committed before the last of them
 # (experiments/preconditions_probe.py, SELECTION; experiments/README.md, "preconditions_probe.py"),
-# never on trained arms. The square shows for 2 s, three quarters of the teacher traces call, the
-# prior stage also learns the sub-agents' reports (perception: reports right in 0.88-1.00 of
-# calls), and the cold start is long (1200 steps) with every one of the prior's calling traces in
-# it. On seeds 0-3 (2 and 3 probed after the choice): an oracle's calls beat the overview by
-# 0.305-0.609 at K = 2 and not at K = 8, the SFT policy's own K = 2 accuracy is 0.23-0.41 above
-# it, the lr-0 control leaks the prior in 0.38-0.41 of its rollouts, greedy decoding calls; its
-# f_tau (0.53-0.57) misses the 0.5 target on every seed.
+# never on trained arms (probe C8). The square shows for 2 s, three quarters of the teacher traces
+# call, the prior stage also learns the sub-agents' reports (perception), and the cold start is
+# long (1600 steps) with the prior's calling traces in it one and a half times (each once, half of
+# them twice). On seeds 0 and 1: an oracle's calls beat the overview by 0.55 / 0.49 at K = 2 and
+# not at K = 8, the SFT policy's own K = 2 accuracy is 0.41 / 0.35 above it, the lr-0 control
+# leaks the prior in 0.55 of its rollouts, its f_tau is 0.42 / 0.40 (the paper's fragile cold
+# start), greedy decoding calls. The same with the prior's traces once and 1200 steps (C7) kept
+# f_tau at 0.53-0.57 on four seeds. Seeds 2 and 3 confirm or not: experiments/README.md.
 PRIOR_KEPT_NEEDLE_S = 2.0
 PRIOR_KEPT_TOOL_FRACTION = 0.75
-PRIOR_KEPT_COLD_START_STEPS = 1200
-PRIOR_KEPT_MIX = 1.0
+PRIOR_KEPT_COLD_START_STEPS = 1600
+PRIOR_KEPT_MIX = 1.5
 
 PRIOR_KEPT_TASK = dataclasses.replace(
     PRIOR_TASK,
@@ -415,8 +416,8 @@ PRIOR_KEPT_TASK = dataclasses.replace(
     summary="the `prior` task with its preconditions made true on probes: a needle of "
     f"{PRIOR_KEPT_NEEDLE_S:g} s, {PRIOR_KEPT_TOOL_FRACTION:g} of the teacher traces calling, the "
     f"sub-agents' reports in the prior's {PRIOR_STEPS} steps, and a "
-    f"{PRIOR_KEPT_COLD_START_STEPS}-step cold start that keeps {PRIOR_KEPT_MIX:g} of the prior's "
-    "calling traces",
+    f"{PRIOR_KEPT_COLD_START_STEPS}-step cold start that keeps the prior's calling traces "
+    f"({PRIOR_KEPT_MIX:g} times)",
     synth=(
         *PRIOR_TASK.synth,
         f"data.synth.tool_fraction={PRIOR_KEPT_TOOL_FRACTION}",

@@ -42,7 +42,7 @@ class ReproduceConfig(BaseModel):
     seeds: tuple[int, ...] = Field((0, 1, 2, 3, 4), min_length=1, description="Training seeds.")
     blocks: tuple[str, ...] = Field(BLOCKS, min_length=1, description="Table 2 blocks to run.")
     sft_steps: int | None = Field(
-        None, ge=1, description="Cold-start SFT steps (default: the task's: 500, 100 or 1200)."
+        None, ge=1, description="Cold-start SFT steps (default: the task's: 500, 100 or 1600)."
     )
     prior_steps: int | None = Field(
         None, ge=0, description="Tool-prior steps before the cold start (default: the task's)."
