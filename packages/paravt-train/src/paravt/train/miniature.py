@@ -404,7 +404,8 @@ PRIOR_TASK = Task(
 # not at K = 8, the SFT policy's own K = 2 accuracy is 0.41 / 0.35 above it, the lr-0 control
 # leaks the prior in 0.55 of its rollouts, its f_tau is 0.42 / 0.40 (the paper's fragile cold
 # start), greedy decoding calls. The same with the prior's traces once and 1200 steps (C7) kept
-# f_tau at 0.53-0.57 on four seeds. Seeds 2 and 3 confirm or not: experiments/README.md.
+# f_tau at 0.53-0.57 on four seeds. Seeds 2 and 3, probed after the choice, met all six targets
+# too (K = 2 gap 0.59 / 0.63, leak 0.55, f_tau 0.41): experiments/README.md.
 PRIOR_KEPT_NEEDLE_S = 2.0
 PRIOR_KEPT_TOOL_FRACTION = 0.75
 PRIOR_KEPT_COLD_START_STEPS = 1600
