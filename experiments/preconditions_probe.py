@@ -190,7 +190,6 @@ TARGETS = {
 # comes out: a target holds for the task where it holds on every seed; where it does not, the
 # table says on how many, and no setting is picked again from seeds 2 and 3.
 SELECTION_SEEDS = (0, 1)
-CONFIRMATION_SEEDS = (2, 3)
 
 
 def _acc(r: dict[str, Any], cell: str) -> float:
@@ -345,13 +344,6 @@ def main() -> None:
         "(above 1 they repeat: more prior data)",
     )
     ap.add_argument("--cold-extra", nargs="*", default=[], help="cold-start recipe overrides")
-    ap.add_argument(
-        "--model",
-        nargs="*",
-        default=[],
-        help="tiny model sizes, KEY=VALUE of paravt.core.tiny.TinyQwen3VLConfig (for example "
-        "hidden_size=256 intermediate_size=512 num_hidden_layers=4); default: the ~1 M model",
-    )
     ap.add_argument("--ks", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--samples", type=int, default=4, help="episodes per question (sampled)")
     ap.add_argument("--prompts", type=int, default=32, help="held-out questions")
@@ -379,7 +371,7 @@ def main() -> None:
 
     from paravt.core.engines import HFEngine
     from paravt.core.engines.scripted import ScriptedTurns
-    from paravt.core.tiny import TinyQwen3VLConfig, build_tiny_qwen3vl
+    from paravt.core.tiny import build_tiny_qwen3vl
     from paravt.train import load_rl_examples
     from paravt.train import miniature as m
     from paravt.train.frames import FrameSource
@@ -420,13 +412,10 @@ def main() -> None:
             ]
         ).encode()
     ).hexdigest()[:8]
-    sizes = dict(kv.split("=", 1) for kv in args.model)
-    model_config = TinyQwen3VLConfig.model_validate(sizes)  # the default ~1 M model when empty
-    # a model of other sizes trains in a folder of its own
-    root = work / (f"s{args.seed}" + (f"-{'-'.join(args.model)}" if args.model else ""))
+    root = work / f"s{args.seed}"
     base = root / "base"
     if not (base / "config.json").is_file():
-        build_tiny_qwen3vl(base, seed=args.seed, config=model_config)
+        build_tiny_qwen3vl(base, seed=args.seed)
     quiet = ["logging.progress=false"]
     t_start = time.perf_counter()
 
@@ -488,7 +477,6 @@ def main() -> None:
         "cold_steps": cold_steps,
         "cold_extra": list(args.cold_extra),
         "cold_prior_mix": args.cold_prior_mix,
-        "model": list(args.model),
         "questions": len(held),
         "samples": args.samples,
         "temperature": first.rollout.temperature,
