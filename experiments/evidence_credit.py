@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 
 REWARDS = {"reference": "reference_paragrpo", "evidence": "paragrpo"}
+# `--remeasure`: a fresh, four times larger held-out draw (run 9's rule in experiments/README.md)
+REMEASURE_GROUP, REMEASURE_SEED = 32, 54321
 
 
 def main() -> None:
@@ -84,10 +86,21 @@ def main() -> None:
         "numerics then differ only in RL, and no bf16 cold start is needed, which took about "
         "32 minutes a seed on a CPU without fast bf16 kernels)",
     )
+    parser.add_argument(
+        "--remeasure",
+        choices=["reference", "evidence", "lr0", "sign"],
+        default=None,
+        help="measure one run of the finished cell --out again on a fresh held-out draw "
+        f"({REMEASURE_GROUP} rollouts a prompt, sampling seed {REMEASURE_SEED}), the SFT policy "
+        "beside it, from the cell's --work; written into the cell's JSON under 'remeasured'",
+    )
     parser.add_argument("--work", type=Path, default=None, help="scratch (default: beside --out)")
     parser.add_argument("--out", type=Path, required=True, help="the cell's JSON")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.remeasure is not None:
+        remeasure(args)
+        return
 
     import torch
 
@@ -271,6 +284,73 @@ def main() -> None:
     tmp.write_text(json.dumps(cell, indent=1))
     tmp.replace(args.out)
     print(f"[{tag}] wrote {args.out} in {cell['time_s']['total']:.0f} s")  # type: ignore[index]
+
+
+def remeasure(args: argparse.Namespace) -> None:
+    """`--remeasure RUN`: the run's trained policy and the SFT policy on the cell's held-out
+    videos again, under the run's reward, with four times the episodes and another sampling
+    seed; the cell's JSON gains `remeasured[RUN]` (`evidence_credit_table.py` reads it)."""
+    import torch
+
+    from paravt.train.miniature import (
+        NUMERICS,
+        evaluate_held_out,
+        load_rl_examples,
+        make_task_data,
+        rl_recipe,
+    )
+
+    torch.set_num_threads(args.threads)
+    if not args.out.is_file():
+        raise SystemExit(f"--remeasure: no finished cell at {args.out}")
+    cell = json.loads(args.out.read_text())
+    if (cell["seed"], cell["numeric"]) != (args.seed, args.numeric):
+        raise SystemExit(f"--remeasure: {args.out} is seed {cell['seed']} in {cell['numeric']}")
+    run = cell["runs"].get(args.remeasure)
+    work = args.work or args.out.parent / f"work-s{args.seed}-{args.numeric}"
+    model = work / args.remeasure / "final"
+    if run is None or not (model / "config.json").is_file():
+        raise SystemExit(f"--remeasure {args.remeasure}: not in {args.out}, or no {model}")
+    reward = "reference" if run["reward"] == REWARDS["reference"] else "evidence"
+    t0 = time.perf_counter()
+    data = make_task_data(work / "cold", seed_offset=args.seed)
+    sft_model = work / "cold" / "sft" / "final"
+    recipe = rl_recipe(
+        work / f"remeasure-{args.remeasure}",
+        sft_model,
+        data.held_out,
+        seed=args.seed,
+        extra=[
+            *NUMERICS[args.numeric],
+            f"reward.preset={run['reward']}",
+            *(cell["evidence_set"] if reward == "evidence" else []),
+            f"rollout.group_size={REMEASURE_GROUP}",
+        ],
+    )
+    held = load_rl_examples(recipe)
+    found = {
+        "group_size": REMEASURE_GROUP,
+        "seed": REMEASURE_SEED,
+        **{
+            when: {
+                "metrics": (e := evaluate_held_out(m, recipe, held, seed=REMEASURE_SEED)).metrics,
+                "per_prompt": e.per_prompt,
+            }
+            for when, m in (("before", sft_model), ("after", model))
+        },
+        "time_s": 0.0,
+    }
+    found["time_s"] = round(time.perf_counter() - t0, 1)
+    cell.setdefault("remeasured", {})[args.remeasure] = found
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cell, indent=1))
+    tmp.replace(args.out)
+    b, a = found["before"]["metrics"], found["after"]["metrics"]  # type: ignore[index]
+    print(
+        f"[s{args.seed}-{args.numeric}] {args.remeasure} re-measured ({REMEASURE_GROUP} a "
+        f"prompt): invalid {a['tool/invalid_calls']:.3f}, format ok {b['format_ok']:.3f} -> "
+        f"{a['format_ok']:.3f} in {found['time_s']:.0f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -640,13 +640,21 @@ def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
     return m, math.sqrt(var / n)
 
 
+EVAL_SEED = 12345  # the held-out evaluation's sampling seed
+
+
 def scored_rollouts(
-    model: Path, recipe: RLRecipe, examples: Sequence[Any], *, frames: Any = None
+    model: Path,
+    recipe: RLRecipe,
+    examples: Sequence[Any],
+    *,
+    frames: Any = None,
+    seed: int = EVAL_SEED,
 ) -> Any:
     """`paravt.train.rl`'s rollout and scoring of `model` on `examples` without an update (the
-    recipe's temperature, gate and group size; fixed seed): the `Rollouts` with rewards and
-    group advantages, what the recipe's first RL step would see. `frames`: where the frames
-    come from (default: `FrameSource(recipe.video)`, decoding the videos)."""
+    recipe's temperature, gate and group size; fixed sampling `seed`): the `Rollouts` with
+    rewards and group advantages, what the recipe's first RL step would see. `frames`: where the
+    frames come from (default: `FrameSource(recipe.video)`, decoding the videos)."""
     device = pick_device(recipe.distributed.device)
     net, processor = load_model_and_processor(recipe.model, device, path=model)
     ro = rollout(
@@ -656,18 +664,23 @@ def scored_rollouts(
         build_gate(recipe),
         recipe,
         epoch=0,
-        seed=12345,
+        seed=seed,
     )
     score_rollouts(ro, build_reward_config(recipe), recipe)
     return ro
 
 
 def evaluate_held_out(
-    model: Path, recipe: RLRecipe, examples: Sequence[Any], *, frames: Any = None
+    model: Path,
+    recipe: RLRecipe,
+    examples: Sequence[Any],
+    *,
+    frames: Any = None,
+    seed: int = EVAL_SEED,
 ) -> Evaluation:
     """`scored_rollouts` of `model` on `examples`, kept per prompt for standard errors and paired
-    differences."""
-    return evaluation_of(scored_rollouts(model, recipe, examples, frames=frames))
+    differences (a fresh draw: another `seed`, or more episodes with `rollout.group_size`)."""
+    return evaluation_of(scored_rollouts(model, recipe, examples, frames=frames, seed=seed))
 
 
 def evaluation_of(ro: Any) -> Evaluation:
