@@ -140,9 +140,15 @@ def test_an_sft_recipe_is_refused_by_the_rl_command() -> None:
         load_recipe("tiny_sft", stage="rl")
 
 
-def test_bad_reward_overrides_are_reported_as_recipe_errors() -> None:
-    with pytest.raises(RecipeError, match=r"reward\.overrides"):
-        load_recipe("tiny_paragrpo", ["reward.overrides.not_a_field=1"])
+@pytest.mark.parametrize("placed", [[], ["reward.overrides.anchor_format_issues=true"]])
+def test_bad_reward_overrides_are_reported_as_recipe_errors(placed: list[str]) -> None:
+    # also where a recipe check builds the reward first (no credit on charged tokens): the error
+    # names reward.overrides, not an unknown top-level key
+    with pytest.raises(RecipeError, match=r"(?s)reward\.overrides are not valid.*not_a_field"):
+        load_recipe(
+            "tiny_paragrpo",
+            [*placed, "advantage.no_credit_on_issues=true", "reward.overrides.not_a_field=1"],
+        )
 
 
 def test_malformed_overrides_say_what_form_is_expected() -> None:
