@@ -115,8 +115,10 @@ def test_one_valid_call_beside_an_invalid_one_still_pays_but_is_charged(preset: 
 def test_a_call_cut_after_two_valid_ones_costs_what_the_penalty_unit_says(unit: str) -> None:
     """The miniature's hole after evidence credit: two crops, then a third `<tool_call>` cut by
     the turn's token limit. Under penalty_unit "fraction" (the paper's P) the two valid calls
-    dilute the charge to gamma/3; under "call" the cut call costs gamma whatever came before."""
-    config = RewardConfig.paragrpo(penalty_unit=unit, gamma=0.3)
+    dilute the charge to gamma/3; under "call" the cut call costs gamma whatever came before.
+    (The released format rule, so that the penalty is the only difference: under the presets'
+    `format_credit="parses"` the cut call also loses the episode's R_fmt.)"""
+    config = RewardConfig.paragrpo(penalty_unit=unit, gamma=0.3, format_credit="tags")
     final = f"{THINK}</think><answer>B</answer>"
     two = f"{THINK}</think>{CALLS['valid']}{CALLS['valid'].replace('10', '30').replace('20', '40')}"
     cut = score_episode(episode(two + '<tool_call>{"name": "crop', final), "B", "mcq", config)
@@ -145,20 +147,21 @@ def test_the_released_form_is_the_hole_and_stays_reachable_by_name() -> None:
 
 @pytest.mark.parametrize("preset", OURS)
 def test_format_credit_for_a_parsing_structure_pays_no_tag_spam(preset: str) -> None:
-    """Under the released format rule (and the presets) '<think>' spam with one closed answer
-    earns R_fmt in full (seen in a probe: a policy charged gamma 1.0 for its calls learnt exactly
-    this); `format_credit="parses"` pays format only for a structure that parses, and leaves a
-    clean completion's score unchanged."""
+    """Under the released format rule ("tags") '<think>' spam with one closed answer earns R_fmt
+    in full (seen in a probe: a policy charged gamma 1.0 for its calls learnt exactly this); the
+    presets' `format_credit="parses"` pays format only for a structure that parses, and leaves a
+    clean completion's score as the released rule's."""
     spam = (
         "<think>\n<think>\n<think>\n<answer>green</answer>\n<think>\n<answer>B</answer>\n</think>"
     )
-    gated = RewardConfig.preset(preset, format_credit="parses")
+    gated = RewardConfig.preset(preset)
+    assert gated.format_credit == "parses"
+    tags = RewardConfig.preset(preset, format_credit="tags")
     ours = score(spam, "B", "mcq", gated)
-    released = score(spam, "B", "mcq", RewardConfig.preset(preset))
+    released = score(spam, "B", "mcq", tags)
     assert released.format >= 0.6
     assert ours.format == 0.0 and "format_not_parsed" in ours.flags
     clean = f"<think>{THINK}</think><answer>B</answer>"
-    plain = score(clean, "B", "mcq", RewardConfig.preset(preset))
+    plain = score(clean, "B", "mcq", tags)
     assert score(clean, "B", "mcq", gated).total == plain.total > ours.total
-    # chat tokens a framework's decoding leaves in the text are not text outside the tags
     assert score(clean + "<|im_end|>", "B", "mcq", gated).format == plain.format

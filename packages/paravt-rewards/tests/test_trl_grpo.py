@@ -76,8 +76,12 @@ def test_trl_grpo_trainer_trains_two_steps_on_the_tiny_qwen3vl_with_paravt_rewar
     from trl import GRPOConfig, GRPOTrainer
 
     # The random model writes no tags; the think prefix (as if appended to the prompt) gives
-    # every completion a closed substantive think, so the format reward is non-zero.
-    config = RewardConfig.paragrpo(completion_prefix="<think>\nThe frames show a square.</think>")
+    # every completion a closed substantive think, and the released format rule ("tags": the
+    # presets pay only a structure that parses, which a random model never writes) pays it, so
+    # the logged format mean is checked against a non-zero value.
+    config = RewardConfig.paragrpo(
+        completion_prefix="<think>\nThe frames show a square.</think>", format_credit="tags"
+    )
     seen: list[tuple[list[Any], dict[str, Any]]] = []
 
     def spy(prompts: list[Any], completions: list[Any], completion_ids: Any, **kwargs: Any):

@@ -26,8 +26,17 @@ CUT = (
 )
 
 
+# tiny_paragrpo places the charges on tokens (run 9's setting); these tests start from the
+# reference's placement (none) and switch each part on themselves
+NO_PARTS = (
+    "reward.overrides.anchor_tool_calls=false",
+    "reward.overrides.anchor_format_issues=false",
+    "advantage.no_credit_on_issues=false",
+)
+
+
 def recipe(tmp_path: Path, *extra: str):  # type: ignore[no-untyped-def]
-    return load_recipe("tiny_paragrpo", [f"output_dir={tmp_path}", *extra])
+    return load_recipe("tiny_paragrpo", [f"output_dir={tmp_path}", *NO_PARTS, *extra])
 
 
 @pytest.mark.parametrize(
@@ -152,6 +161,9 @@ def test_charged_tokens_get_no_positive_outcome_credit(
         "reward.overrides.anchor_tool_calls=true",
         "reward.overrides.anchor_format_issues=true",
         "advantage.no_credit_on_issues=true",
+        # the released format rule: the untrained model's text never parses, so under the
+        # presets' rule no episode would earn format and the groups' outcomes would not differ
+        "reward.overrides.format_credit=tags",
         "checkpoint.save_final=false",
     )
     train_rl(recipe, examples=exs, frames=frames, wrap_engine=EveryOtherScripted)

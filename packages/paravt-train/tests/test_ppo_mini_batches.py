@@ -41,6 +41,7 @@ def _update(model_path: Path, out: Path, mini_batches: int) -> tuple[dict[str, f
             "loss.micro_batch_size=1",
             f"loss.ppo_mini_batches={mini_batches}",
             "optim.lr=0.05",
+            "optim.warmup_steps=0",  # the recipe warms up from 0: the first step would not move
             "optim.schedule=linear",
             "max_steps=10",
         ],
