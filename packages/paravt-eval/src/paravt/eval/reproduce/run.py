@@ -223,7 +223,7 @@ def _setup(config: ReproduceConfig, n_docs: int) -> dict[str, Any]:
         "prior_steps": prior_steps,
         "sft_steps": sft_steps,
         "rl_steps": config.rl_steps,
-        "rl_batch": "4 prompts x 8 rollouts, temperature 0.7, lr 3e-4, 3 turns, 5 calls/turn",
+        "rl_batch": f"4 prompts x 8 rollouts, temperature 0.7, lr {m.LR:g}, 3 turns, 5 calls/turn",
         "gate": list(task.gate),
         "sft_k": list(task.sft_k),
         "fixed_k": task.fixed_k,
