@@ -3,12 +3,13 @@ in fp32 and in the GPU's numerics (bf16 compute over fp32 master weights), one c
 
 A cell is one training seed in one numeric: the cold start (500 SFT steps, as the learning test)
 and the SFT policy's held-out evaluation, then 32 PARA-GRPO steps from it twice, the same seed and
-data, differing only in the reward:
+data, differing in the reward (and in the step, for the reference arm):
 
 - `reference`: the released reward (`reward.preset=reference_paragrpo`: R_tool and the
-  think-before-call bonus for any call with a tool name, valid or not; gamma 0);
-- `evidence`: ours (`reward.preset=paragrpo`: both only for a call that ran, an invalid call
-  charged gamma 0.2), which is what the learning test runs;
+  think-before-call bonus for any call with a tool name, valid or not; gamma 0) with the step
+  runs 1-9 compared against (`RELEASED_STEP`: lr 3e-4, one optimiser step a batch, KL 0.01);
+- `evidence`: ours (`reward.preset=paragrpo` and the tiny recipe: since run 9, its whole
+  setting), plus `--evidence-set`, which is what the learning test runs;
 
 and, with `--controls`, the evidence run at learning rate 0 and with the policy-gradient sign
 flipped. Each run's held-out evaluation (32 prompts x 8 rollouts, T = 0.7, fixed seed) is scored
@@ -36,6 +37,18 @@ import time
 from pathlib import Path
 
 REWARDS = {"reference": "reference_paragrpo", "evidence": "paragrpo"}
+# The reference arm is the released reward with the step runs 1-9 compared against (the tiny
+# recipe before it took run 9's setting): every part of that setting switched back, lr 3e-4.
+RELEASED_STEP = [
+    "rollout.cut_turn_calls=run",
+    "reward.overrides.anchor_tool_calls=false",
+    "reward.overrides.anchor_format_issues=false",
+    "advantage.no_credit_on_issues=false",
+    "loss.ppo_mini_batches=1",
+    "loss.kl_coef=0.01",
+    "optim.warmup_steps=0",
+    "optim.lr=3e-4",
+]
 # `--remeasure`: a fresh, four times larger held-out draw (run 9's rule in experiments/README.md)
 REMEASURE_GROUP, REMEASURE_SEED = 32, 54321
 
@@ -201,7 +214,7 @@ def main() -> None:
             cold.sft_model,
             cold.data.held_out,
             seed=args.seed,
-            extra=[*numeric, f"reward.preset={REWARDS['reference']}"],
+            extra=[*numeric, f"reward.preset={REWARDS['reference']}", *RELEASED_STEP],
         )
         before["reference"] = evaluate_held_out(cold.sft_model, ref_held, cold.held)
     presets = {
@@ -249,7 +262,7 @@ def main() -> None:
             extra=[
                 *numeric,
                 f"reward.preset={REWARDS[reward]}",
-                *(args.evidence_set if reward == "evidence" else []),
+                *(args.evidence_set if reward == "evidence" else RELEASED_STEP),
                 # the lr-0 control stays at lr 0 whatever --evidence-set says (run 4's first
                 # lr-0 controls ran at its optim.lr=1e-4: they repeated the evidence arm)
                 *([f"optim.lr={lr}"] if lr == LR_ZERO else []),
@@ -323,7 +336,7 @@ def remeasure(args: argparse.Namespace) -> None:
         extra=[
             *NUMERICS[args.numeric],
             f"reward.preset={run['reward']}",
-            *(cell["evidence_set"] if reward == "evidence" else []),
+            *(cell["evidence_set"] if reward == "evidence" else RELEASED_STEP),
             f"rollout.group_size={REMEASURE_GROUP}",
         ],
     )
