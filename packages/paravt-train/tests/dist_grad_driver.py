@@ -88,6 +88,7 @@ def recipe_for(model: str, out: Path, aggregation: str, strategy: str):  # type:
             "model.dtype=float32",
             "loss.decoupled=true",  # the 8B recipes' loss: a log-prob pass before the update
             "loss.kl_coef=0",
+            "loss.ppo_mini_batches=1",  # one optimiser step: its gradient is the one compared
             f"loss.aggregation={aggregation}",
             "loss.micro_batch_size=1",  # rank 0: 1 micro-batch (+ 1 filler), rank 1: 2
             "optim.max_grad_norm=0",
