@@ -284,6 +284,7 @@ def test_two_rl_steps_roll_out_on_the_vllm_server_and_sync_its_weights(vllm_serv
             "rollout.max_turns=2",
             "gating.choices=[2,4]",
             "optim.lr=1e-2",
+            "optim.warmup_steps=0",  # every step moves the weights the server is pushed
             "max_steps=2",
             "checkpoint.every_steps=2",
             "checkpoint.save_final=false",
@@ -484,6 +485,7 @@ def test_rl_steps_with_rollouts_a_step_ahead_on_the_vllm_server(vllm_server, tmp
             "rollout.max_turns=2",
             "gating.choices=[2,4]",
             "optim.lr=1e-2",
+            "optim.warmup_steps=0",  # every step moves the weights the server is pushed
             "max_steps=3",
             "checkpoint.every_steps=3",
             "checkpoint.save_final=false",

@@ -41,6 +41,7 @@ if __name__ == "__main__":
             "rollout.max_turns=2",
             "gating.choices=[2,4]",
             "optim.lr=1e-3",
+            "optim.warmup_steps=0",  # every step moves the weights the server is pushed
             f"max_steps={steps}",
             "checkpoint.every_steps=1",
             f"checkpoint.keep_last={steps}",
