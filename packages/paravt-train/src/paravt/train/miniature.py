@@ -90,7 +90,7 @@ RL = [
     "gating.choices=[2,4]",
     "checkpoint.every_steps=0",
 ]
-LR = 1e-4  # tiny_paragrpo's (run 9's setting); runs 1-8's reference arms ran at 3e-4
+LR = 1e-4  # tiny_paragrpo's (run 9's setting); evidence_credit.py's reference arms run at 3e-4
 # The numerics the learning check runs in on a CPU: fp32 (the learning test's), and the GPU's
 # (FSDP2 with world size 1: fp32 master weights, bf16 compute, bf16 rollouts and evaluation).
 NUMERICS: dict[str, tuple[str, ...]] = {
