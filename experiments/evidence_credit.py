@@ -341,24 +341,21 @@ def remeasure(args: argparse.Namespace) -> None:
         ],
     )
     held = load_rl_examples(recipe)
+    evals = {
+        when: evaluate_held_out(m, recipe, held, seed=REMEASURE_SEED)
+        for when, m in (("before", sft_model), ("after", model))
+    }
     found = {
         "group_size": REMEASURE_GROUP,
         "seed": REMEASURE_SEED,
-        **{
-            when: {
-                "metrics": (e := evaluate_held_out(m, recipe, held, seed=REMEASURE_SEED)).metrics,
-                "per_prompt": e.per_prompt,
-            }
-            for when, m in (("before", sft_model), ("after", model))
-        },
-        "time_s": 0.0,
+        **{when: {"metrics": e.metrics, "per_prompt": e.per_prompt} for when, e in evals.items()},
+        "time_s": round(time.perf_counter() - t0, 1),
     }
-    found["time_s"] = round(time.perf_counter() - t0, 1)
     cell.setdefault("remeasured", {})[args.remeasure] = found
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps(cell, indent=1))
     tmp.replace(args.out)
-    b, a = found["before"]["metrics"], found["after"]["metrics"]  # type: ignore[index]
+    b, a = evals["before"].metrics, evals["after"].metrics
     print(
         f"[s{args.seed}-{args.numeric}] {args.remeasure} re-measured ({REMEASURE_GROUP} a "
         f"prompt): invalid {a['tool/invalid_calls']:.3f}, format ok {b['format_ok']:.3f} -> "

@@ -454,6 +454,18 @@ class RewardSpec(_Strict):
         description="Fields of paravt.rewards.RewardConfig set on top of the preset.",
     )
 
+    @model_validator(mode="after")
+    def _overrides_are_reward_fields(self) -> RewardSpec:
+        # checked here, so every recipe (loaded or built in code) is refused with this message
+        # and checks that read the reward (RLRecipe's) can build it
+        try:
+            self.build()
+        except ValidationError as exc:
+            raise ValueError(
+                f"reward.overrides are not valid RewardConfig fields:\n{exc}"
+            ) from None
+        return self
+
     def build(self) -> Any:
         """The `paravt.rewards.RewardConfig` this section describes (validated by rewards)."""
 
@@ -590,10 +602,7 @@ class RLRecipe(_RecipeBase):
     @model_validator(mode="after")
     def _no_credit_needs_parts_on_tokens(self) -> RLRecipe:
         if self.advantage.no_credit_on_issues and not self.advantage.token_level_anchoring:
-            try:
-                reward = self.reward.build()
-            except ValidationError:  # load_recipe names bad reward.overrides as such
-                return self
+            reward = self.reward.build()
             placed = reward.anchor_tool_calls or reward.anchor_format_issues
             if not placed or reward.lambda_anchor == 0:
                 raise ValueError(
@@ -724,13 +733,6 @@ def load_recipe(
         recipe = model.model_validate(data)
     except ValidationError as exc:
         raise RecipeError(format_recipe_error(str(path), exc, found)) from None
-    if isinstance(recipe, RLRecipe):
-        try:
-            recipe.reward.build()
-        except ValidationError as exc:
-            raise RecipeError(
-                f"recipe {path}: reward.overrides are not valid RewardConfig fields:\n{exc}"
-            ) from None
     return recipe
 
 
