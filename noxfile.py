@@ -309,8 +309,9 @@ def train_smoke(session: nox.Session) -> None:
 def reproduce(session: nox.Session) -> None:
     """The paper's Table 2 in miniature -> runs/reproduce/ (tables.md, tables.json, curves.png).
 
-    5 seeds x (tool prior + SFT + eight RL arms) on the `prior` task, held-out accuracy at three
-    overview budgets, a verdict per paper claim by rules fixed before the run
+    5 seeds x (tool prior + SFT + eight RL arms) on the `prior_kept` task, held-out accuracy at
+    three overview budgets (greedy, and 4 samples per question, which the rules read), a verdict
+    per paper claim by rules fixed before the run
     (docs/reproduce_rules.md); finished runs and cells are reused, so an interrupted run
     continues. Two seeds at a time (`--jobs 2`, one process and one torch thread each: on a
     shared 2-core machine two processes with two OpenMP threads each slow down ~30x). Pass

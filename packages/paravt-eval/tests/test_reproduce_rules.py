@@ -195,3 +195,50 @@ def test_the_registration_is_the_last_commit_of_the_rules_their_words_or_the_set
     git("commit", "-qam", "new rules")
     second = registration(tmp_path)
     assert second is not None and second.split()[0] != first and "uncommitted" not in second
+
+
+def _sampled(row: Row, per_doc: Sequence[Sequence[float]], calls: dict[int, float]) -> Row:
+    """`row` with a sampled column: per seed, per-question means, at every K; calls per K."""
+    for k in (DENSE, SMALL):
+        row.sampled_per_doc[k] = [list(d) for d in per_doc]
+        row.sampled[k] = [sum(d) / len(d) for d in per_doc]
+        row.sampled_kappa[k] = [calls[k]] * len(per_doc)
+    return row
+
+
+def _summary(rows: Sequence[Row], eval_samples: int) -> Summary:
+    return Summary(
+        seeds=list(range(SEEDS)),
+        budgets=[DENSE, 4, SMALL],
+        rows={r.model: r for r in rows},
+        sequential=None,
+        setup={"eval_samples": eval_samples, "eval_temperature": 0.7},
+    )
+
+
+def test_the_second_registration_reads_the_sampled_column_when_the_run_measured_one() -> None:
+    """Greedy ties (every arm right on the same documents) and a sampled gain: with samples the
+    accuracy rules and A3's held-out calls read the sampled column and say so; without, greedy."""
+    tie = [_docs(4)] * 5
+    sft = _sampled(_row("sft", acc=tie), [[0.25] * 8] * 5, {DENSE: 0.0, SMALL: 0.0})
+    para = _sampled(
+        _row(
+            "para_grpo", kappa=[0.5] * 5, acc=tie, eval_kappa={SMALL: [0.0] * 5, DENSE: [0.0] * 5}
+        ),
+        [[0.75] * 8] * 5,
+        {DENSE: 0.2, SMALL: 0.9},
+    )
+    grpo = _row("grpo", kappa=[0.02] * 5, acc=tie)
+    grpo = _sampled(grpo, [[0.25] * 8] * 5, {DENSE: 0.0, SMALL: 0.0})
+    rows = [sft, para, grpo]
+
+    def judged(samples: int) -> dict[str, tuple[str, str]]:
+        return {v.id: (v.verdict, v.evidence) for v in verdicts(_summary(rows, samples))}
+
+    sampled, greedy = judged(4), judged(0)
+    for vid in ("A3", "A4", "A5"):
+        assert sampled[vid][0] == "shown" and "(sampled)" in sampled[vid][1], sampled[vid]
+        assert greedy[vid][0] == "not shown" and "(greedy)" in greedy[vid][1], greedy[vid]
+    text = "\n".join(render_results(_summary(rows, 4), rules_commit="abc"))
+    assert "read from the sampled column (4 episodes per question at temperature 0.7" in text
+    assert "read from the greedy column" in "\n".join(render_results(_summary(rows, 0)))

@@ -300,12 +300,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--task",
         choices=TASKS,
         default=None,
-        help="the miniature's task variant: 'prior' (default: the paper's mechanism, a competing "
-        "tool prior before a short cold start, a dense budget often but not always enough, the "
-        "gate over it), 'prior_kept' (the same with the preconditions its registered run lacked, "
-        "made true on probes: a tool worth calling at K = 2, a prior the cold start keeps, a "
-        "1600-step cold start), 'costly' (a context window that a tool call overflows at the "
-        "dense K = 8 overview) or 'plain' (calls cost nothing)",
+        help="the miniature's task variant: 'prior_kept' (default, the second pre-registration's: "
+        "the paper's mechanism with the preconditions the first run lacked, made true on probes: "
+        "a tool worth calling at K = 2, a prior the cold start keeps, a 1600-step cold start), "
+        "'prior' (the first registration's: a competing tool prior before a short cold start, a "
+        "dense budget often but not always enough, the gate over it), 'costly' (a context "
+        "window that a tool call overflows at the dense K = 8 overview) or 'plain' (calls cost "
+        "nothing)",
     )
     rep.add_argument(
         "--sft-steps", type=int, default=None, help="cold-start SFT steps (default: the task's)"

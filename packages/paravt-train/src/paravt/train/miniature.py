@@ -461,7 +461,7 @@ TASKS: dict[str, Task] = {
         PRIOR_KEPT_TASK,
     )
 }
-DEFAULT_TASK = "prior"
+DEFAULT_TASK = "prior_kept"  # the second pre-registration's task (issue 45)
 
 
 @dataclass

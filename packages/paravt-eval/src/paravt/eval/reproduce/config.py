@@ -19,22 +19,23 @@ class ReproduceConfig(BaseModel):
     """The paper's Table 2 in miniature (and, with `paper_splits`, Table 1 on the paper's splits).
 
     Defaults are the full run: 5 training seeds, blocks A, B and C, 40 RL steps per arm, 64
-    held-out videos per column, on the `prior` task (the paper's mechanism: a tool prior, a dense
-    budget that is often but not always enough, the gate over it; 230 min of training and
-    measuring on a shared 2-core machine, summed over seeds; `jobs=2` should halve the wall time,
-    an estimate). `quick()` is the variant the test suite runs.
+    held-out videos per column, greedy and 4 samples per question, on the `prior_kept` task (the
+    paper's mechanism with its preconditions made true: a tool prior the cold start keeps, a tool
+    worth calling at small budgets, the gate over them). `quick()` is the variant the test suite
+    runs.
     """
 
     model_config = ConfigDict(extra="forbid")
 
     out: Path = Field(Path("runs/reproduce"), description="Output directory (cells are cached).")
     task: str = Field(
-        "prior",
-        description="The miniature's task variant (paravt.train.miniature.TASKS): 'prior' (the "
-        "paper's mechanism: a competing tool prior pre-trained before a short cold start, a "
-        "dense budget often but not always enough, the gate over it), 'prior_kept' (the same "
-        "with the preconditions its registered run lacked, made true on probes of the SFT "
-        "policy: a tool worth calling at K = 2 and a prior the cold start keeps; issue 45), "
+        "prior_kept",
+        description="The miniature's task variant (paravt.train.miniature.TASKS): 'prior_kept' "
+        "(the default and the second pre-registration's task: the `prior` task with the "
+        "preconditions its registered run lacked, made true on probes of the SFT policy: a tool "
+        "worth calling at K = 2 and a prior the cold start keeps; issue 45), 'prior' (the first "
+        "registration's: a competing tool prior pre-trained before a short cold start, a "
+        "dense budget often but not always enough, the gate over it), "
         "'costly' (a context "
         "window a tool call can overflow at the dense overview; issue 25) or 'plain' (calls cost "
         "nothing).",

@@ -4,8 +4,9 @@ Every rule is written here, in code, and in words in `docs/reproduce_rules.md`; 
 adds or changes a rule must precede the run whose tables it judges (the tables print the last
 commit of this file, its doc or the settings, and name any of them edited since: `registration`;
 a rule changed after a run needs a new run). The rules judge
-the `prior` task (`JUDGED_TASKS`); the older tasks keep their exploratory claims
-(`reproduce/claims.py`).
+the `prior` task (the first registration) and the `prior_kept` task (the second, issue 45: the
+same rules, reading the sampled held-out column where the run has one, `Context.sampled`) in
+`JUDGED_TASKS`; the older tasks keep their exploratory claims (`reproduce/claims.py`).
 
 Terms (per seed, every arm of a seed starting from that seed's SFT checkpoint):
 - kappa of an RL arm: mean executed calls per training rollout over its last 5 steps;
@@ -14,8 +15,9 @@ Terms (per seed, every arm of a seed starting from that seed's SFT checkpoint):
 - format_ok: the share of training rollouts whose structural blocks all parse in ParaVT's format
   (`paravt.rewards.episode_structure`), the same measure for every arm; last 5 steps;
 - leak: the share of rollouts with the tool prior's `<tool_code>` envelope or an untagged answer;
-- held-out accuracy at the dense budget (K = 8, the analogue of the paper's 64 frames): greedy,
-  64 held-out videos, per document; a pooled paired gain is the mean over seeds x documents of
+- held-out accuracy at the dense budget (K = 8, the analogue of the paper's 64 frames): 64
+  held-out videos, per document, in the sampled column where the run has one (its per-document
+  mean over the samples), else greedy (`Context.sampled`); a pooled paired gain is the mean over seeds x documents of
   the per-document difference, with its standard error (documents are the units; seeds pooled);
 - "in most seeds": in at least `MOST` of the seeds (4 of 5, 3 of 3, 2 of 2).
 
@@ -36,7 +38,9 @@ from dataclasses import dataclass
 
 from paravt.eval.reproduce.tables import Row, Summary, fmt
 
-JUDGED_TASKS = ("prior",)
+# `prior` under the first registration (2126b3f); `prior_kept` under the second (issue 45), which
+# adds the held-out column rule of `Context.sampled`
+JUDGED_TASKS = ("prior", "prior_kept")
 MOST = 0.8  # "most seeds": at least ceil(MOST * seeds)
 Z = 2.0  # a pooled paired gain counts when it is at least this many standard errors
 LEAK_MIN = 0.05  # the prior "leaks" when at least this share of rollouts shows it
@@ -71,11 +75,15 @@ def count(values: Sequence[bool | None]) -> tuple[int, int]:
     return sum(measured), len(measured)
 
 
-def pooled_gain(a: Row, b: Row, k: int) -> tuple[float, float, int] | None:
+def pooled_gain(
+    a: Row, b: Row, k: int, *, sampled: bool = False
+) -> tuple[float, float, int] | None:
     """Mean over seeds x documents of a's per-document accuracy minus b's at budget `k`, its
-    standard error and the number of pairs; None without a seed measured for both."""
+    standard error and the number of pairs; None without a seed measured for both. `sampled`:
+    the per-document means of the sampled column (a document's samples are one unit)."""
     diffs: list[float] = []
-    for da, db in zip(a.per_doc.get(k, []), b.per_doc.get(k, [])):
+    pa, pb = (a.sampled_per_doc, b.sampled_per_doc) if sampled else (a.per_doc, b.per_doc)
+    for da, db in zip(pa.get(k, []), pb.get(k, [])):
         if da is None or db is None:
             continue
         diffs += [x - y for x, y in zip(da, db)]
@@ -130,12 +138,34 @@ def _zip_test(test: Callable[..., bool], *series: Sequence[float | None]) -> lis
 
 @dataclass(frozen=True)
 class Context:
-    """What a rule reads besides the rows: the seeds and the budgets."""
+    """What a rule reads besides the rows: the seeds, the budgets and the held-out column.
+
+    `sampled` (the second registration, issue 45): every held-out number a rule reads (accuracy,
+    its pooled paired gain, calls per question) comes from the sampled column when the run
+    measured one (`eval_samples` > 0: that many episodes per question at the rollout
+    temperature, a question's mean its unit), because greedy decoding answered every question
+    alike in most arms of the first run; from the greedy column otherwise (the first registered
+    run, which had none). Fixed by the run's settings before any cell, never chosen after."""
 
     n: int  # seeds
     need: str  # "in at least m of n seeds"
     dense: int  # the dense budget (the largest K)
     small: int  # the smallest budget
+    sampled: bool = False
+
+    @property
+    def column(self) -> str:
+        return "sampled" if self.sampled else "greedy"
+
+    def accuracy(self, row: Row) -> dict[int, list[float | None]]:
+        return row.sampled if self.sampled else row.accuracy
+
+    def calls(self, row: Row) -> dict[int, list[float | None]]:
+        return row.sampled_kappa if self.sampled else row.eval_kappa
+
+    def gain(self, a: Row, b: Row) -> tuple[float, float, int] | None:
+        """a's pooled paired gain over b at the dense budget, in this context's column."""
+        return pooled_gain(a, b, self.dense, sampled=self.sampled)
 
 
 Judged = tuple[str, str]  # (verdict, evidence)
@@ -193,8 +223,8 @@ def _by_gain(g: tuple[float, float, int] | None, ev: str) -> Judged:
     return "not run" if g is None else "shown" if _gain_holds(g) else "not shown", ev
 
 
-def _acc(row: Row, k: int) -> str:
-    return fmt(row.accuracy.get(k, []), scale=100, digits=1)
+def _acc(c: Context, row: Row) -> str:
+    return fmt(c.accuracy(row).get(c.dense, []), scale=100, digits=1)
 
 
 def _fragility(c: Context, control: Row) -> Judged:
@@ -224,33 +254,33 @@ def _collapse(c: Context, grpo: Row, control: Row) -> Judged:
 
 def _kept_selective(c: Context, grpo: Row, para: Row) -> Judged:
     kept = _zip_test(lambda p, g: p > max(KEPT_RATIO * g, KEPT), para.kappa, grpo.kappa)
-    at_small, at_dense = para.eval_kappa.get(c.small, []), para.eval_kappa.get(c.dense, [])
+    at_small, at_dense = c.calls(para).get(c.small, []), c.calls(para).get(c.dense, [])
     selective = _zip_test(lambda s, d: s > KEPT and s >= SELECTIVE_RATIO * d, at_small, at_dense)
     (hk, mk), (hs, ms) = count(kept), count(selective)
     ev = (
         f"kappa PARA-GRPO {_vals(para.kappa)} vs GRPO {_vals(grpo.kappa)} (kept in {hk} of {mk}); "
-        f"held-out calls K = {c.small} {_vals(at_small)} vs K = {c.dense} {_vals(at_dense)} "
+        f"held-out calls ({c.column}) K = {c.small} {_vals(at_small)} vs K = {c.dense} {_vals(at_dense)} "
         f"(selective in {hs} of {ms})"
     )
     return _by_seeds(c, kept, ev, selective)
 
 
 def _improves(c: Context, sft: Row, para: Row) -> Judged:
-    p_acc, s_acc = para.accuracy.get(c.dense, []), sft.accuracy.get(c.dense, [])
+    p_acc, s_acc = c.accuracy(para).get(c.dense, []), c.accuracy(sft).get(c.dense, [])
     above = _zip_test(lambda p, q: p - q > 0, p_acc, s_acc)
-    g = pooled_gain(para, sft, c.dense)
+    g = c.gain(para, sft)
     held, measured = count(above)
     shown = held == measured == c.n and _gain_holds(g)
     verdict = "not run" if not measured else "shown" if shown else "not shown"
     return verdict, (
-        f"accuracy {_acc(sft, c.dense)} -> {_acc(para, c.dense)}; above in {held} of {measured} "
+        f"accuracy ({c.column}) {_acc(c, sft)} -> {_acc(c, para)}; above in {held} of {measured} "
         f"seeds; pooled {_gain_text(g)}"
     )
 
 
 def _beats_grpo(c: Context, grpo: Row, para: Row) -> Judged:
-    g = pooled_gain(para, grpo, c.dense)
-    ev = f"accuracy GRPO {_acc(grpo, c.dense)}, PARA-GRPO {_acc(para, c.dense)}; pooled {_gain_text(g)}"
+    g = c.gain(para, grpo)
+    ev = f"accuracy ({c.column}) GRPO {_acc(c, grpo)}, PARA-GRPO {_acc(c, para)}; pooled {_gain_text(g)}"
     return _by_gain(g, ev)
 
 
@@ -261,30 +291,33 @@ def _anchoring_drops(c: Context, anch: Row, control: Row) -> Judged:
 
 
 def _together(c: Context, anch: Row, gate: Row, para: Row) -> Judged:
-    ga, gg = pooled_gain(para, anch, c.dense), pooled_gain(para, gate, c.dense)
+    ga, gg = c.gain(para, anch), c.gain(para, gate)
     shown = _gain_holds(ga) and _gain_holds(gg)
     verdict = "not run" if ga is None or gg is None else "shown" if shown else "not shown"
-    return verdict, f"over anchoring alone {_gain_text(ga)}; over gating alone {_gain_text(gg)}"
+    return verdict, (
+        f"({c.column}) over anchoring alone {_gain_text(ga)}; over gating alone {_gain_text(gg)}"
+    )
 
 
 def _gamma(c: Context, no_gamma: Row, para: Row) -> Judged:
-    g = pooled_gain(para, no_gamma, c.dense)
-    return _by_gain(g, f"pooled {_gain_text(g)}; kappa without gamma {_vals(no_gamma.kappa)}")
+    g = c.gain(para, no_gamma)
+    ev = f"pooled ({c.column}) {_gain_text(g)}; kappa without gamma {_vals(no_gamma.kappa)}"
+    return _by_gain(g, ev)
 
 
 def _token_level(c: Context, seq_anch: Row, para: Row) -> Judged:
     tests = _zip_test(operator.ge, para.format_ok, seq_anch.format_ok)
-    g = pooled_gain(para, seq_anch, c.dense)
+    g = c.gain(para, seq_anch)
     ev = (
         f"format_ok token {_vals(para.format_ok)}, sequence {_vals(seq_anch.format_ok)}; "
-        f"accuracy K = {c.dense} pooled token - sequence {_gain_text(g)}"
+        f"accuracy ({c.column}) K = {c.dense} pooled token - sequence {_gain_text(g)}"
     )
     return _by_seeds(c, tests, ev)
 
 
 def _parallel(c: Context, seq: Row, para: Row) -> Judged:
-    g = pooled_gain(para, seq, c.dense)
-    return _by_gain(g, f"pooled {_gain_text(g)}")
+    g = c.gain(para, seq)
+    return _by_gain(g, f"pooled ({c.column}) {_gain_text(g)}")
 
 
 # Claim(id, claim, paper, rule, needs, judge), in the order of the results table
@@ -367,7 +400,8 @@ CLAIMS: tuple[Claim, ...] = (
 
 def verdicts(s: Summary) -> list[Verdict]:
     n = len(s.seeds)
-    c = Context(n, f"in at least {most(n)} of {n} seeds", max(s.budgets), min(s.budgets))
+    sampled = bool(s.setup.get("eval_samples"))
+    c = Context(n, f"in at least {most(n)} of {n} seeds", max(s.budgets), min(s.budgets), sampled)
     words = {**THRESHOLDS, "need": c.need, "dense": c.dense, "small": c.small}
     out: list[Verdict] = []
     for claim in CLAIMS:
@@ -382,13 +416,22 @@ def verdicts(s: Summary) -> list[Verdict]:
 
 def render_results(s: Summary, *, rules_commit: str | None = None) -> list[str]:
     commit = rules_commit or "unknown (not run from a git checkout)"
+    samples = s.setup.get("eval_samples")
+    column = (
+        f"the sampled column ({samples} episodes per question at temperature "
+        f"{s.setup.get('eval_temperature', 0.7):g}, a question's mean its unit; greedy beside it "
+        "in the tables, judging nothing)"
+        if samples
+        else "the greedy column (the run measured no sampled one)"
+    )
     lines = [
         "## Results: the paper's claims, by rules fixed before this run",
         "",
         f"Each rule was committed before the run it judges (rules: `paravt.eval.reproduce.rules`; "
         "in words: docs/reproduce_rules.md; settings: `paravt.train.miniature` and the tiny "
         f"recipes; the last commit of any of them: {commit}). {len(s.seeds)} seeds; 'most "
-        f"seeds' = at least {most(len(s.seeds))} of {len(s.seeds)}.",
+        f"seeds' = at least {most(len(s.seeds))} of {len(s.seeds)}. Held-out accuracy, its "
+        f"pooled paired gains and held-out calls are read from {column}.",
         "",
         "| | Claim | Paper | Rule | Miniature | Evidence |",
         "|---|---|---|---|---|---|",

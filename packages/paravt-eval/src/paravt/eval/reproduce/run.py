@@ -141,9 +141,17 @@ def run_reproduce(config: ReproduceConfig, *, report: bool = True) -> ReproduceR
                 calls.append(cell["kappa"])
                 if row is not sequential:
                     answers.setdefault(model, []).extend(cell["per_doc"])
-                if row is not sequential and config.eval_samples:
+                if config.eval_samples:  # sequential too: C1 reads the sampled column
                     cell = accuracy_cell(
-                        config, seed, model, ckpt, k, docs, protocol, samples=config.eval_samples
+                        config,
+                        seed,
+                        model,
+                        ckpt,
+                        k,
+                        docs,
+                        protocol,
+                        dispatch=dispatch,
+                        samples=config.eval_samples,
                     )
                     row.sampled.setdefault(k, []).append(cell["accuracy"])
                     row.sampled_kappa.setdefault(k, []).append(cell["kappa"])

@@ -179,7 +179,8 @@ def _sampled_table(summary: Summary, names: Sequence[str]) -> list[str]:
         f"temperature {t}",
         "",
         "Greedy decoding can answer every question alike in arms that sample differently (the "
-        "tables above and the rules read the greedy columns); these columns sample as the "
+        "tables above are greedy; the verdict rules read these columns when a run has them, "
+        "docs/reproduce_rules.md); these columns sample as the "
         "rollouts do, seeded by the training seed and the question (every model of a seed "
         "draws with the same seeds). The gain over SFT pairs each question's mean with the SFT "
         "policy's, pooled over seeds.",
@@ -194,8 +195,10 @@ def _sampled_table(summary: Summary, names: Sequence[str]) -> list[str]:
         "|---|" + "---|" * (3 * len(ks)),
     ]
     sft = summary.rows.get("sft")
-    for name in names:
-        r = summary.rows.get(name)
+    rows = [(name, summary.rows.get(name)) for name in names]
+    if summary.sequential is not None:
+        rows.append(("PARA-GRPO, sequential dispatch", summary.sequential))
+    for name, r in rows:
         if r is None or not r.sampled:
             continue
         gains = []
