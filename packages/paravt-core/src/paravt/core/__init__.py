@@ -15,7 +15,7 @@ from paravt.core.agent_protocol import (
     AnswerKind,
     get_protocol,
 )
-from paravt.core.cli_style import add_debug, one_line, run_command, style
+from paravt.core.cli_style import add_debug, one_line, run_cli, run_command, style
 from paravt.core.paper_protocol import (
     PAPER_GROUNDING_TEMPLATE,
     PAPER_MCQ_INSTRUCTION,
@@ -56,6 +56,7 @@ from paravt.core.protocol import (
     Part,
     TextPart,
     ToolOutput,
+    content_text,
     crop_video_schema,
     format_validation_error,
     parse_time_s,
@@ -130,6 +131,7 @@ __all__ = [
     "add_debug",
     "build_main_prompt",
     "build_subagent_prompt",
+    "content_text",
     "crop_video_schema",
     "driver_iou",
     "driver_letter",
@@ -142,6 +144,7 @@ __all__ = [
     "parse_response",
     "parse_time_s",
     "render_frames",
+    "run_cli",
     "run_command",
     "run_episodes",
     "run_episodes_sync",

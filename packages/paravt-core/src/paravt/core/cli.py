@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from paravt.core.cli_style import add_debug, run_command, style
+from paravt.core.cli_style import add_debug, run_cli, style
 from paravt.core.protocol import Frame, ImagePart, Message
 from paravt.core.runtime import Episode, Trajectory
 from paravt.core.tiny import build_tiny_qwen3vl, cached_tiny_qwen3vl
@@ -276,12 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `paravt-core` console script; returns the exit code."""
-    args = build_parser().parse_args(argv)
-    return run_command(
-        f"paravt-core {args.command}",
-        lambda: _run(args),
-        input_errors=(ValueError, ImportError),
-        debug=args.debug,
+    return run_cli(
+        "paravt-core", build_parser(), argv, run=_run, input_errors=(ValueError, ImportError)
     )
 
 

@@ -8,16 +8,25 @@
   `--debug`, exit 1; `--debug` raises it with the full traceback. `--debug` goes before or after
   the command (`add_debug` on the top parser).
 
-Each command line's `main(argv)` is `build_parser().parse_args(argv)` then `run_command`.
+Each command line's `main(argv)` is `run_cli`: `build_parser().parse_args(argv)`, then the chosen
+command under `run_command`.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
-__all__ = ["HelpFormatter", "add_debug", "iter_parsers", "one_line", "run_command", "style"]
+__all__ = [
+    "HelpFormatter",
+    "add_debug",
+    "iter_parsers",
+    "one_line",
+    "run_cli",
+    "run_command",
+    "style",
+]
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -115,3 +124,26 @@ def run_command(
             file=sys.stderr,
         )
         return 1
+
+
+def run_cli(
+    prog: str,
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    *,
+    run: Callable[[argparse.Namespace], int] | None = None,
+    input_errors: ErrorTypes | Callable[[], ErrorTypes] = (ValueError,),
+    raise_unexpected: bool = False,
+) -> int:
+    """A command line's `main`: parse `argv`, then run the chosen command under `run_command`,
+    named `PROG COMMAND` and with its `--debug`. `run` runs the command (default: the `func` that
+    its sub-command parser set)."""
+    args = parser.parse_args(argv)
+    command = run or args.func
+    return run_command(
+        f"{prog} {args.command}",
+        lambda: command(args),
+        input_errors=input_errors,
+        debug=args.debug,
+        raise_unexpected=raise_unexpected,
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -289,6 +290,17 @@ class Message:
     @property
     def images(self) -> list[Any]:
         return [p.image for p in self.parts if isinstance(p, ImagePart)]
+
+
+def content_text(content: Any) -> str:
+    """The text of a chat message's `content` in the OpenAI form that datasets and frameworks
+    hand over: a string, or the `text` of each part of a part list joined (image and video parts
+    give none); anything else has no text."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+    return ""
 
 
 @dataclass

@@ -290,7 +290,7 @@ class EvalAgent:
         except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
                 raise
-            return _failed(sample, f"could not prepare the sample: {_describe(exc)}")
+            return _trace_of(sample, f"could not prepare the sample: {_describe(exc)}")
 
     async def _episode(
         self, sample: VideoQuestion, prepared: Prepared, engine: Engine
@@ -303,16 +303,13 @@ class EvalAgent:
         except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
                 raise
-            return _failed(sample, f"the agent run failed: {_describe(exc)}")
+            return _trace_of(sample, f"the agent run failed: {_describe(exc)}")
         return self._trace(sample, prepared, episode)
 
     def _trace(self, sample: VideoQuestion, prepared: Prepared, episode: Episode) -> SampleTrace:
         trace = trace_from_episode(
+            _trace_of(sample),
             episode,
-            task=sample.task,
-            doc_id=sample.doc_id,
-            video=sample.video,
-            question=sample.question,
             overview_frames=prepared.overview_frames,
             duration_s=prepared.duration_s,
             prepare_s=prepared.prepare_s,
@@ -334,7 +331,7 @@ class EvalAgent:
             except BaseException as exc:
                 if isinstance(exc, KeyboardInterrupt):
                     raise
-                out[i] = _failed(sample, f"could not prepare the sample: {_describe(exc)}")
+                out[i] = _trace_of(sample, f"could not prepare the sample: {_describe(exc)}")
         # one runtime call per protocol (a grounding question may be asked in its own mode)
         for protocol in {id(p.protocol): p.protocol for _, p in ready}.values():
             group = [(i, p) for i, p in ready if p.protocol is protocol]
@@ -343,7 +340,7 @@ class EvalAgent:
             for (i, prepared), episode in zip(group, episodes):
                 sample = samples[i]
                 if isinstance(episode, str):
-                    out[i] = _failed(sample, f"the agent run failed: {episode}")
+                    out[i] = _trace_of(sample, f"the agent run failed: {episode}")
                     continue
                 out[i] = self._trace(sample, prepared, episode)
         return [t for t in out if t is not None]
@@ -373,7 +370,9 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:2000]
 
 
-def _failed(sample: VideoQuestion, error: str) -> SampleTrace:
+def _trace_of(sample: VideoQuestion, error: str | None = None) -> SampleTrace:
+    """A trace naming `sample` (task, document, video, question) before anything of it ran; with
+    `error`, the trace of a sample that could not run (scored as wrong)."""
     return SampleTrace(
         task=sample.task,
         doc_id=sample.doc_id,

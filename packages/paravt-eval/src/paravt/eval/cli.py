@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from paravt.core import PROMPT_MODES, add_debug, run_command, style
+from paravt.core import PROMPT_MODES, add_debug, run_cli, style
 from paravt.eval.config import DRIVER_TIMEOUT_S
 from paravt.eval.reproduce.config import TASKS
 
@@ -360,12 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_command(
-        f"paravt-eval {args.command}",
-        lambda: args.func(args),
-        input_errors=(ValueError, FileNotFoundError),
-        debug=args.debug,
+    return run_cli(
+        "paravt-eval", build_parser(), argv, input_errors=(ValueError, FileNotFoundError)
     )
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -195,36 +196,25 @@ _MAKERS = {
 }
 
 
-def _process(split: str, dataset: Any) -> Any:
-    return dataset.map(_MAKERS[split], load_from_cache_file=False)
+def _process_docs(split: str) -> Callable[[Any], Any]:
+    """One split's `process_docs`: the dataset with `_MAKERS[split]`'s paravt fields added to
+    every document."""
+
+    def process_docs(dataset: Any) -> Any:
+        return dataset.map(_MAKERS[split], load_from_cache_file=False)
+
+    process_docs.__name__ = process_docs.__qualname__ = f"process_docs_{split}"
+    return process_docs
 
 
-def process_docs_videomme(dataset: Any) -> Any:
-    return _process("videomme", dataset)
-
-
-def process_docs_videomme_wsub(dataset: Any) -> Any:
-    return _process("videomme_wsub", dataset)
-
-
-def process_docs_longvideobench(dataset: Any) -> Any:
-    return _process("longvideobench", dataset)
-
-
-def process_docs_lvbench(dataset: Any) -> Any:
-    return _process("lvbench", dataset)
-
-
-def process_docs_mlvu(dataset: Any) -> Any:
-    return _process("mlvu", dataset)
-
-
-def process_docs_mmvu(dataset: Any) -> Any:
-    return _process("mmvu", dataset)
-
-
-def process_docs_charades(dataset: Any) -> Any:
-    return _process("charades", dataset)
+# named by the task YAMLs (`process_docs: !function paravt.eval.paper_tasks.process_docs_<split>`)
+process_docs_videomme = _process_docs("videomme")
+process_docs_videomme_wsub = _process_docs("videomme_wsub")
+process_docs_longvideobench = _process_docs("longvideobench")
+process_docs_lvbench = _process_docs("lvbench")
+process_docs_mlvu = _process_docs("mlvu")
+process_docs_mmvu = _process_docs("mmvu")
+process_docs_charades = _process_docs("charades")
 
 
 # ------------------------------------------------------------------------------- task functions

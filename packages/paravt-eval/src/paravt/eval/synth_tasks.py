@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from paravt.core import format_question
+from paravt.core import content_text, format_question
 from paravt.eval.metrics import grounding_scores, mcq_score, open_ended_score, tool_scores
 
 TASKS = {
@@ -97,14 +97,6 @@ def _json(value: Any) -> Any:
     return value
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return ""
-
-
 def _resolve(path: str, base: Path) -> Path:
     raw = path.removeprefix("file://")
     p = Path(raw)
@@ -160,7 +152,9 @@ def synth_documents(synth_dir: str | Path) -> dict[str, list[dict[str, Any]]]:
             question = info.get("question")
             if not isinstance(question, str) or not question.strip():
                 # only the prompt: its text already lists any options
-                question = _text(users[-1].get("content")).replace(VIDEO_PLACEHOLDER, "").strip()
+                question = (
+                    content_text(users[-1].get("content")).replace(VIDEO_PLACEHOLDER, "").strip()
+                )
                 options = None
             answer = info["answer"]
             if isinstance(answer, (list, tuple)):

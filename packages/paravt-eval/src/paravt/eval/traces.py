@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,21 +62,16 @@ def response_of(episode: Episode) -> str:
 
 
 def trace_from_episode(
+    trace: SampleTrace,
     episode: Episode,
     *,
-    task: str,
-    doc_id: int | str,
-    video: str | None,
-    question: str,
     overview_frames: int,
     duration_s: float | None,
     prepare_s: float = 0.0,
 ) -> SampleTrace:
-    return SampleTrace(
-        task=task,
-        doc_id=doc_id,
-        video=video,
-        question=question,
+    """`trace`, which names its sample, completed with what the sample's `episode` did."""
+    return replace(
+        trace,
         response=response_of(episode),
         answer=episode.answer,
         overview_frames=overview_frames,

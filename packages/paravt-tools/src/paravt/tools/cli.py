@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from paravt.core import CropVideoArgs, add_debug, run_command, style
+from paravt.core import CropVideoArgs, add_debug, run_cli, style
 
 
 def _synth(args: argparse.Namespace) -> int:
@@ -117,12 +117,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # lazy: loaded when this subcommand runs (`--help` stays fast)
     from paravt.tools.video import VideoError
 
-    args = build_parser().parse_args(argv)
-    return run_command(
-        f"paravt-tools {args.command}",
-        lambda: args.func(args),
+    return run_cli(
+        "paravt-tools",
+        build_parser(),
+        argv,
         input_errors=(VideoError, ValidationError, ValueError),
-        debug=args.debug,
     )
 
 

@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from paravt.core import add_debug, run_command, style
+from paravt.core import add_debug, run_cli, style
 from paravt.train import doctor
 from paravt.train.recipe import RECIPE_NAMES, RecipeError, load_recipe, recipe_help
 
@@ -181,12 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run one subcommand. A bad recipe, override or data path prints one line (exit 2); any other
     error one line too (exit 1) when run as a command; called with `argv` from Python, it raises.
     `--debug` raises every error with its traceback."""
-    args = build_parser().parse_args(argv)
-    return run_command(
-        f"paravt-train {args.command}",
-        lambda: _run(args),
+    return run_cli(
+        "paravt-train",
+        build_parser(),
+        argv,
+        run=_run,
         input_errors=_input_errors,
-        debug=args.debug,
         raise_unexpected=argv is not None,
     )
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -380,15 +380,24 @@ def read_sft_rows(
 # Materialisation
 
 
+def _walk_encoded(value: str, walk: Callable[[Any], Any], *, containers_only: bool) -> Any:
+    """A cell stored as JSON text: decoded, walked and encoded again. Text that is not JSON stays
+    as written; with `containers_only` so does JSON that is no array or object (a message's plain
+    text that happens to parse, such as a number)."""
+    try:
+        decoded = json.loads(value)
+    except json.JSONDecodeError:
+        return value
+    if containers_only and not isinstance(decoded, (list, dict)):
+        return value
+    return json.dumps(walk(decoded), ensure_ascii=False)
+
+
 def _walk_messages(value: Any, root: Path, missing: Counter[str]) -> Any:
     if isinstance(value, str):
-        try:
-            decoded = json.loads(value)
-        except json.JSONDecodeError:
-            return value
-        if not isinstance(decoded, (list, dict)):
-            return value
-        return json.dumps(_walk_messages(decoded, root, missing), ensure_ascii=False)
+        return _walk_encoded(
+            value, lambda v: _walk_messages(v, root, missing), containers_only=True
+        )
     if isinstance(value, list):
         return [_walk_messages(v, root, missing) for v in value]
     if isinstance(value, dict):
@@ -409,11 +418,7 @@ def _walk_messages(value: Any, root: Path, missing: Counter[str]) -> Any:
 
 def _walk_videos(value: Any, root: Path, missing: Counter[str]) -> Any:
     if isinstance(value, str):
-        try:
-            decoded = json.loads(value)
-        except json.JSONDecodeError:
-            return value
-        return json.dumps(_walk_videos(decoded, root, missing), ensure_ascii=False)
+        return _walk_encoded(value, lambda v: _walk_videos(v, root, missing), containers_only=False)
     if not isinstance(value, list):
         return value
     return [

@@ -12,6 +12,7 @@ from functools import lru_cache
 from importlib import metadata
 from typing import Any
 
+from paravt.core import content_text
 from paravt.rewards.accuracy import as_text
 from paravt.rewards.config import RewardConfig
 from paravt.rewards.score import RewardBreakdown, score
@@ -106,14 +107,6 @@ class Completion:
     tool_responses: int | None = None
 
 
-def _message_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
-    return ""
-
-
 def _call_text(call: Any) -> str:
     """One parsed tool call back as the model wrote it: `<tool_call>{"name", "arguments"}</tool_call>`.
 
@@ -144,7 +137,7 @@ def _assistant_text(message: Mapping[str, Any], *, cut: bool = False) -> str:
     generation stopped at the length limit; a turn holding only reasoning was cut inside
     `<think>`, so the block stays open (the parser cannot say whether `</think>` was written).
     """
-    content = _message_text(message.get("content"))
+    content = content_text(message.get("content"))
     reasoning = message.get("reasoning_content")
     if reasoning is None:
         reasoning = message.get("reasoning")
