@@ -36,6 +36,7 @@ def test_quick_reproduce_writes_table2_chart_and_results_and_reuses_every_finish
     data = json.loads(result.json_path.read_text())
     assert data["seeds"] == [0, 1]
     assert data["setup"]["task"] == "prior_kept" and "Task variant `prior_kept`" in md
+    assert data["setup"]["tool_fraction"] == 0.75 and "three quarters of them call the tool" in md
     assert data["setup"]["prior_steps"] == config.prior_steps and "Tool prior:" in md
     # the tool prior ran before the cold start, and the lr-0 control of vanilla GRPO is a row
     assert (config.out / "seed0" / "prior" / "done.json").is_file()

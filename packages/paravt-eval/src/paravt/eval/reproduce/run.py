@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -232,6 +233,7 @@ def _setup(config: ReproduceConfig, n_docs: int) -> dict[str, Any]:
         "sft_steps": sft_steps,
         "rl_steps": config.rl_steps,
         "rl_batch": f"4 prompts x 8 rollouts, temperature 0.7, lr {m.LR:g}, 3 turns, 5 calls/turn",
+        "tool_fraction": _synth_value([*m.SYNTH, *task.synth], "tool_fraction", 0.5),
         "gate": list(task.gate),
         "sft_k": list(task.sft_k),
         "fixed_k": task.fixed_k,
@@ -246,6 +248,19 @@ def _setup(config: ReproduceConfig, n_docs: int) -> dict[str, Any]:
         "eval_temperature": config.eval_temperature,
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def _synth_value(overrides: Sequence[str], key: str, fallback: float) -> float:
+    """The last `data.synth.<key>=v` value of `overrides` (in the order they are applied)."""
+    values = [o.split("=", 1)[1] for o in overrides if o.startswith(f"data.synth.{key}=")]
+    return float(values[-1]) if values else fallback
+
+
+def _calling_share(st: dict[str, Any]) -> str:
+    """The share of teacher traces that call, in words: the task's `tool_fraction` (recorded in
+    the setup since issue 45; half in the tables written before, and on every other task)."""
+    share = float(st.get("tool_fraction", 0.5))
+    return {0.5: "half", 0.75: "three quarters"}.get(share, f"a share {share:g}")
 
 
 def _task_lines(st: dict[str, Any]) -> list[str]:
@@ -291,7 +306,7 @@ def render_report(s: Summary, config: ReproduceConfig) -> str:
             else "- No tool prior: the cold start begins from the untrained model."
         ),
         f"- SFT cold start: {st['sft_steps']} steps on teacher traces of {st['sft_videos']} videos at "
-        f"every K in {st['sft_k']} (half of them call the tool).",
+        f"every K in {st['sft_k']} ({_calling_share(st)} of them call the tool).",
         f"- RL: {st['rl_steps']} steps per arm, {st['rl_batch']}, on {st['rl_videos']} other "
         f"videos. Gated arms draw K from {gate} per prompt; the others see K = {st['fixed_k']}, "
         "the dense budget (the analogue of the paper's non-gated runs at 64 frames). Arms: "
