@@ -62,7 +62,8 @@ def test_quick_reproduce_writes_table2_chart_and_results_and_reuses_every_finish
     assert 1 <= len(shown) <= EPISODES_PER_CELL and all(e["ground_truth"] for e in shown)
 
     # the sampled columns added to the finished run: nothing is trained again, each checkpoint
-    # of block A is sampled at every K (block C stays greedy) and the table says how
+    # is sampled at every K (block C's sequential dispatch too: C1 reads it) and the table says
+    # how
     import paravt.eval.agent as agent
     import paravt.train.rl as rl
     import paravt.train.sft as sft
@@ -80,7 +81,7 @@ def test_quick_reproduce_writes_table2_chart_and_results_and_reuses_every_finish
     assert data["setup"]["eval_samples"] == 1
     assert set(para["sampled_accuracy"]) == {f"K={k}" for k in config.eval_budgets}
     assert len(para["sampled_per_doc"]["K=8"][0]) == config.n_eval
-    assert data["sequential"]["sampled_accuracy"] == {}
+    assert set(data["sequential"]["sampled_accuracy"]) == {f"K={k}" for k in config.eval_budgets}
     md = sampled.markdown_path.read_text()
     assert "### Held-out accuracy sampled: 1 episode per question at temperature 0.7" in md
 
