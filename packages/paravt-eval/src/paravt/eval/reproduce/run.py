@@ -233,7 +233,7 @@ def _setup(config: ReproduceConfig, n_docs: int) -> dict[str, Any]:
         "sft_steps": sft_steps,
         "rl_steps": config.rl_steps,
         "rl_batch": f"4 prompts x 8 rollouts, temperature 0.7, lr {m.LR:g}, 3 turns, 5 calls/turn",
-        "tool_fraction": _tool_fraction(task.synth),
+        "tool_fraction": _synth_value([*m.SYNTH, *task.synth], "tool_fraction", 0.5),
         "gate": list(task.gate),
         "sft_k": list(task.sft_k),
         "fixed_k": task.fixed_k,
@@ -250,16 +250,10 @@ def _setup(config: ReproduceConfig, n_docs: int) -> dict[str, Any]:
     }
 
 
-def _tool_fraction(task_synth: Sequence[str]) -> float:
-    """The share of calling teacher traces the task's data is built with: its synth overrides
-    applied over the miniature's, as the recipe system applies them."""
-    # lazy: the optional extra paravt-eval[train]
-    from paravt.tools.synth_video import SynthConfig
-    from paravt.train import miniature as m
-    from paravt.train.recipe import apply_overrides
-
-    data = apply_overrides({}, [*m.SYNTH, *task_synth]).get("data", {}).get("synth", {})
-    return float(data.get("tool_fraction", SynthConfig.model_fields["tool_fraction"].default))
+def _synth_value(overrides: Sequence[str], key: str, fallback: float) -> float:
+    """The last `data.synth.<key>=v` value of `overrides` (in the order they are applied)."""
+    values = [o.split("=", 1)[1] for o in overrides if o.startswith(f"data.synth.{key}=")]
+    return float(values[-1]) if values else fallback
 
 
 def _calling_share(st: dict[str, Any]) -> str:
