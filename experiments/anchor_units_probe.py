@@ -89,7 +89,9 @@ def main() -> None:
         _episode_anchor_parts(ep, engine, prefix, reward_config, recipe.advantage)
         for ep in ro.episodes
     ]
-    credits, shares = anchor_advantages(parts, ro.anchor_scales, recipe.rollout.group_size)
+    credits, shares = anchor_advantages(
+        parts, ro.anchor_scales, recipe.rollout.group_size, fractions=ro.anchor_fractions
+    )
 
     before_terms: list[float] = []
     after_terms: list[float] = []

@@ -7,7 +7,13 @@ from collections import Counter
 
 import pytest
 
-from paravt.rewards import AdvantageConfig, NFramesGate, group_advantages, token_advantages
+from paravt.rewards import (
+    AdvantageConfig,
+    NFramesGate,
+    group_advantages,
+    shape_rewards,
+    token_advantages,
+)
 
 
 def test_every_rollout_of_a_prompt_gets_the_same_budget() -> None:
@@ -130,6 +136,9 @@ def test_advantage_scales_are_the_exchange_rate_from_reward_to_advantage(
     # a shaped reward at the clip does not move: no exchange
     clipped = advantage_scales([0.0, 5.0, 1.0, 0.5], 4, config=config)
     assert clipped[1] == 0.0 and clipped[0] > 0
+    # ... unless asked for the group's rate (token-level anchoring, whose fractions carry the clip)
+    rate = advantage_scales([0.0, 5.0, 1.0, 0.5], 4, config=config, at_clip="group")
+    assert rate == pytest.approx([clipped[0]] * 4)
 
 
 def test_anchor_credit_is_measured_against_the_group_and_sums_to_the_share() -> None:
@@ -151,7 +160,7 @@ def test_anchor_credit_is_measured_against_the_group_and_sums_to_the_share() -> 
         [],
     ]
     scales = [2.0] * 8
-    credits, shares = anchor_advantages(parts, scales, 4)
+    credits, shares = anchor_advantages(parts, scales, 4, fractions=[1.0] * 8)
     assert all(v == pytest.approx(0.0) for c in credits[:4] for v in c.values())
     assert shares[:4] == pytest.approx([0.0] * 4)
     # the group's mean close part is 0.15, flow 0.075, broken -0.0375
@@ -165,6 +174,79 @@ def test_anchor_credit_is_measured_against_the_group_and_sums_to_the_share() -> 
         # the tokens hold the parts the rollout earned; the parts it missed are in its share only
         missed = sum(-2.0 * m for name, m in means.items() if name not in {p[0] for p in parts[i]})
         assert sum(credits[i].values()) + missed == pytest.approx(shares[i])
+
+
+def test_anchor_fractions_say_how_much_of_the_anchor_reached_the_shaped_reward() -> None:
+    from paravt.rewards import anchor_fractions
+
+    config = AdvantageConfig()  # scaling 10, bias -0.2, clip 20: a reward above 2.2 is clipped
+    f = anchor_fractions([1.0, 2.0, 2.5, 1.0, 3.0], [0.5, 0.5, 0.5, 0.0, -0.5], config)
+    assert f[0] == pytest.approx(1.0)  # 8 -> 13: inside the clip
+    assert f[1] == pytest.approx((20 - 18) / 5)  # 18 -> 23, clipped at 20: two of its five units
+    assert f[2] == pytest.approx(0.0)  # 23 alone is at the clip already
+    assert f[3] == 1.0  # no anchor
+    assert f[4] == pytest.approx(0.0)  # 28 -> 23: a charge that the clip hides
+    with pytest.raises(ValueError, match="anchor totals"):
+        anchor_fractions([1.0], [0.1, 0.2])
+
+
+# A group as the released shaping sees it (scaling 10, bias -0.2, clip 20): two right answers
+# with a call (reward 2.7: at the clip with or without their anchor parts), a right answer without
+# a call (2.0, carried to the clip by its parts) and a wrong one without a call (1.0); beside it a
+# group inside the clip. Anchor parts: the think's close and flow for every rollout that answers,
+# the call's tags for the callers.
+CLOSE, FLOW, CALL = ("close_think", 0.2, [1]), ("flow", 0.15, [2, 3]), ("tool_calls", 0.15, [5])
+CLIP_REWARDS = [2.7, 2.7, 2.0, 1.0, 0.5, 1.5, 0.2, 1.1]
+CLIP_PARTS = [
+    [CLOSE, FLOW, CALL],
+    [CLOSE, FLOW, CALL],
+    [CLOSE, FLOW],
+    [CLOSE, FLOW],
+    [CLOSE, FLOW, CALL],
+    [CLOSE, FLOW],
+    [CLOSE],
+    [CLOSE, FLOW, CALL],
+]
+
+
+@pytest.mark.parametrize("batch_norm", [True, False])
+def test_token_anchoring_at_the_clip_leaves_every_token_the_rewards_own_advantage(
+    batch_norm: bool,
+) -> None:
+    """Where shaped rewards reach the clip, the sequence advantage minus the anchor's share (what
+    every token of a rollout carries) is exactly the advantage the reward alone gets at the
+    batch's statistics, and a rollout that scored below its group is not pushed up there. Counting
+    the clipped rollouts' parts at full value (the form before `anchor_fractions`) paid the wrong
+    answer beside them for the anchor they never held: its plain tokens went up."""
+    from paravt.rewards import advantage_scales, anchor_advantages, anchor_fractions
+
+    config = AdvantageConfig(batch_norm=batch_norm)
+    anchor = [sum(v for _, v, _ in p) for p in CLIP_PARTS]
+    totals = [r + t for r, t in zip(CLIP_REWARDS, anchor)]
+    advantages = group_advantages(totals, 4, config=config)
+    scales = advantage_scales(totals, 4, config=config, at_clip="group")
+    fractions = anchor_fractions(CLIP_REWARDS, anchor, config)
+    assert fractions[:3] == pytest.approx([0.0, 0.0, 2 / 3.5])  # the clip binds in group 1 only
+    credits, shares = anchor_advantages(CLIP_PARTS, scales, 4, fractions=fractions)
+    base = [a - s for a, s in zip(advantages, shares)]
+    shaped = shape_rewards(CLIP_REWARDS, config)
+    for g in (0, 4):
+        mean = sum(shaped[g : g + 4]) / 4
+        for i in range(g, g + 4):
+            own = scales[i] / config.reward_scaling * (shaped[i] - mean)
+            assert base[i] == pytest.approx(own, abs=1e-9)
+            # the tokens' credits add up to the share (the parts a rollout missed stay in it)
+            missed = shares[i] - sum(credits[i].values())
+            assert missed <= 1e-9
+    assert base[3] < 0  # the wrong answer: below its group on every token
+    assert all(c == pytest.approx(0.0) for i in (0, 1) for c in credits[i].values())
+
+    # the form before: fractions of 1 (and the clipped rollouts at rate 0)
+    old_scales = advantage_scales(totals, 4, config=config)
+    _, old_shares = anchor_advantages(CLIP_PARTS, old_scales, 4, fractions=[1.0] * 8)
+    old_base = [a - s for a, s in zip(advantages, old_shares)]
+    assert old_base[3] > base[3] + 0.1  # the wrong answer was pushed up on every token
+    assert old_base[4:] == pytest.approx(base[4:])  # inside the clip nothing changes
 
 
 def test_token_parts_sum_to_the_token_vector_and_the_weighted_anchor() -> None:

@@ -179,13 +179,17 @@ def advantage_scales(
     *,
     group_ids: Sequence[object] | None = None,
     config: AdvantageConfig | None = None,
+    at_clip: Literal["zero", "group"] = "zero",
 ) -> list[float]:
     """How far one unit of reward moves each rollout's advantage under `group_advantages`, the
     group's and the batch's statistics held fixed: `scaling / (group std + eps)` ('grpo'; 'dr_grpo':
     `scaling`), divided by `batch std + eps` with batch normalisation. 0 where the rollout's
-    advantage is 0 for want of a preference (a group of one, an all-equal group) or where its
-    shaped reward sits at the clip. This is the exchange rate from reward units to advantage
-    units that token-level credit needs (`anchor_advantages`)."""
+    advantage is 0 for want of a preference (a group of one, an all-equal group), and, with
+    `at_clip="zero"`, where its shaped reward sits at the clip (one more unit of reward would not
+    move it). `at_clip="group"` gives such a rollout its group's rate all the same: the rate for
+    a change of its *shaped* reward, which is what `anchor_advantages` needs beside
+    `anchor_fractions` (the fractions carry the clip). This is the exchange rate from reward
+    units to advantage units that token-level credit needs."""
     config = config or AdvantageConfig()
     shaped = shape_rewards(rewards, config)
     out = [0.0] * len(shaped)
@@ -200,10 +204,40 @@ def advantage_scales(
             continue
         k = config.reward_scaling / (std + config.eps if config.estimator == "grpo" else 1.0)
         for i in idx:
-            out[i] = 0.0 if abs(shaped[i]) >= config.reward_clip else k
+            clipped = at_clip == "zero" and abs(shaped[i]) >= config.reward_clip
+            out[i] = 0.0 if clipped else k
     if config.batch_norm:
         std = _std(group_adv, config.unbiased_std)
         out = [k / (std + config.eps) if std else 0.0 for k in out]
+    return out
+
+
+def anchor_fractions(
+    rewards: Sequence[float],
+    anchor_totals: Sequence[float],
+    config: AdvantageConfig | None = None,
+) -> list[float]:
+    """Per rollout, the fraction of its anchor total that reached its shaped reward:
+    `(shape(r + T) - shape(r)) / (scaling * T)` with `shape` = `shape_rewards` (bias, scaling,
+    clip). 1 where the clip does not bind (and where T is 0), 0 where `r` alone already sits at
+    the clip, in between where the anchor carries it there.
+
+    `rewards` are the sequence rewards without the anchor parts, `anchor_totals` the parts' sum
+    per rollout (what token-level anchoring adds before the advantage is computed). With the
+    released settings (scaling 10, bias -0.2, clip 20) every reward above 2.2 sits at the clip,
+    and a right answer with a call often does: its anchor parts then moved nothing, and counting
+    them at full value in the group's mean (as `anchor_advantages` did before these fractions)
+    took a share the advantage never held from the other rollouts, so a rollout that scored
+    below its group was pushed up on every token."""
+    config = config or AdvantageConfig()
+    if len(anchor_totals) != len(rewards):
+        raise ValueError(f"{len(anchor_totals)} anchor totals for {len(rewards)} rewards")
+    with_anchor = shape_rewards([_finite(r) + t for r, t in zip(rewards, anchor_totals)], config)
+    without = shape_rewards(rewards, config)
+    out = []
+    for t, a, b in zip(anchor_totals, with_anchor, without):
+        linear = _finite(t) * config.reward_scaling
+        out.append(1.0 if linear == 0 else (a - b) / linear)
     return out
 
 
@@ -212,33 +246,44 @@ def anchor_advantages(
     scales: Sequence[float],
     group_size: int | None = None,
     *,
+    fractions: Sequence[float],
     group_ids: Sequence[object] | None = None,
 ) -> tuple[list[dict[int, float]], list[float]]:
     """Token-level anchoring in the advantage's units, with the group as its baseline.
 
     In: per rollout the anchor parts it earned (`paravt.rewards.anchoring.AnchorPart`: a name, its
-    value in reward units, its token indices; one part name may come from several turns) and
-    per rollout `advantage_scales(...)` of the rewards its advantage was computed from (the
-    sequence reward plus its anchor total). Out: per rollout `{token: anchor advantage}` and per
-    rollout the anchor's share of its sequence advantage, `scale * (T - mean T over the group)`.
+    value in reward units, its token indices; one part name may come from several turns), per
+    rollout `advantage_scales(..., at_clip="group")` of the rewards its advantage was computed
+    from (the sequence reward plus its anchor total), and per rollout `anchor_fractions(...)`:
+    how much of its anchor total reached its shaped reward (the clip). Out: per rollout
+    `{token: anchor advantage}` and per rollout the anchor's share of its sequence advantage,
+    `scale * (f T - mean f T over the group)`.
 
-    A part's credit is its value minus the group's mean value of that part (an episode that did
-    not earn it counts 0), times the rollout's scale, split evenly over its tokens: a structural
-    token that every rollout of the group gets right carries nothing, one that only some get
-    right is pushed up in those and its absence lowers the others' sequence share. With
-    advantages computed on `reward + anchor total`, `sequence advantage - share` on every token
-    and the token credit on top is the sequence-level anchoring's advantage with the anchor's
-    share moved onto the tokens that earned it.
+    A part's credit is its value times the rollout's fraction minus the group's mean of that
+    (an episode that did not earn the part counts 0, and so does one whose fraction is 0: the
+    clip cancelled its anchor, so its structural tokens carry what its other tokens carry), times
+    the rollout's scale, split evenly over its tokens: a structural token that every rollout of the group gets right carries
+    nothing, one that only some get right is pushed up in those and its absence lowers the
+    others' sequence share. With advantages computed on `reward + anchor total`,
+    `sequence advantage - share` on every token is exactly the advantage the reward alone gets at
+    the same group and batch statistics, also where shaped rewards reach the clip, and the token
+    credit on top is the anchor's share moved onto the tokens that earned it. `fractions` has no
+    default: without them (all 1) the decomposition holds only where no shaped reward reaches
+    the clip, and silently pays the rollouts below the clip for the anchor of those at it.
     """
     n = len(parts)
     if len(scales) != n:
         raise ValueError(f"{len(scales)} scales for {n} rollouts")
+    if len(fractions) != n:
+        raise ValueError(f"{len(fractions)} fractions for {n} rollouts")
     merged: list[dict[str, tuple[float, set[int]]]] = []
-    for rollout in parts:
+    for rollout, f in zip(parts, fractions):
         by_name: dict[str, tuple[float, set[int]]] = {}
         for name, value, tokens in rollout:
             v, toks = by_name.get(name, (0.0, set()))
-            by_name[name] = (v + value, toks | set(tokens))
+            # a part the clip cancelled (fraction 0) counts as not earned: its tokens are
+            # neither pushed up nor down, and its miss stays in the share (every token)
+            by_name[name] = (v + value * f, toks | (set(tokens) if f else set()))
         merged.append(by_name)
     credits: list[dict[int, float]] = [{} for _ in range(n)]
     shares = [0.0] * n

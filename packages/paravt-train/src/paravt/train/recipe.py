@@ -483,6 +483,13 @@ class AdvantageSpec(_Strict):
     reward_bias: float = Field(
         -0.2, description="... after adding this bias (reference: 10, -0.2)."
     )
+    reward_clip: float = Field(
+        20.0,
+        gt=0,
+        description="... and clipped to +-this (AReaL's default, which the reference keeps). With "
+        "scaling 10 and bias -0.2 every reward above 2.2 sits at the clip: a right answer with "
+        "a call usually does, and what it earns above that (R_tool, anchor parts) moves nothing.",
+    )
     batch_norm: bool = Field(True, description="Normalise advantages over the batch afterwards.")
     token_level_anchoring: bool = Field(
         False,

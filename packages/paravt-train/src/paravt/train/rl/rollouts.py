@@ -86,6 +86,12 @@ class Rollouts:
     # the exchange rate of each episode's reward into its advantage
     # (`paravt.rewards.advantage_scales`; token-level anchoring's unit)
     anchor_scales: list[float] = field(default_factory=list)
+    # per episode, how much of its anchor total reached its shaped reward (the clip;
+    # `paravt.rewards.anchor_fractions`); all 1 without anchor parts on tokens
+    anchor_fractions: list[float] = field(default_factory=list)
+    # per episode, whether the shaped reward its advantage saw sits at advantage.reward_clip
+    # (what it earned above the clip moved nothing)
+    at_clip: list[bool] = field(default_factory=list)
 
 
 def rollout(

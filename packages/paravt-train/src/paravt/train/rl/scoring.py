@@ -15,10 +15,12 @@ from paravt.rewards import (
     AdvantageConfig,
     advantage_scales,
     anchor_advantages,
+    anchor_fractions,
     anchor_token_parts,
     episode_structure,
     group_advantages,
     score_episode,
+    shape_rewards,
 )
 from paravt.train.modeling import (
     Sequence_,
@@ -52,9 +54,11 @@ def score_rollouts(ro: Rollouts, reward_config: Any, recipe: RLRecipe) -> None:
         estimator=a.estimator,
         reward_scaling=a.reward_scaling,
         reward_bias=a.reward_bias,
+        reward_clip=a.reward_clip,
         batch_norm=a.batch_norm,
     )
     totals = [r.total for r in ro.rewards]
+    ro.anchor_fractions = [1.0] * len(totals)
     if token_parts(recipe.advantage, reward_config):
         # The anchor term enters the advantage in the advantage's own units: the advantages are
         # computed on reward + anchor total (as sequence-level anchoring would), and
@@ -75,7 +79,13 @@ def score_rollouts(ro: Rollouts, reward_config: Any, recipe: RLRecipe) -> None:
             )
             for ep, r in zip(ro.episodes, ro.rewards)
         ]
+        # How much of each anchor total reached the shaped reward: with the released shaping
+        # (scaling 10, bias -0.2, clip 20) a right answer with a call sits at the clip, and its
+        # parts, counted at full value in the group's means, would push every rollout below the
+        # clip up on every token (`paravt.rewards.anchor_fractions`).
+        ro.anchor_fractions = anchor_fractions(totals, anchor_totals, config)
         totals = [x + t for x, t in zip(totals, anchor_totals)]
+    ro.at_clip = [abs(s) >= config.reward_clip for s in shape_rewards(totals, config)]
     ro.advantages, ro.anchor_scales = global_advantages_and_scales(
         totals, recipe.rollout.group_size, config
     )
@@ -122,7 +132,8 @@ def global_advantages_and_scales(
     totals: list[float], group_size: int, config: Any
 ) -> tuple[list[float], list[float]]:
     """This rank's advantages, normalised over the global batch, and their `advantage_scales`
-    (reward units -> advantage units), from one gather (collective: every rank calls it once a
+    (shaped-reward units -> advantage units, the group's rate also at the clip: token-level
+    anchoring's `anchor_fractions` carry the clip), from one gather (collective: every rank calls it once a
     step, whatever its number of episodes).
 
     Every rank holds whole groups, so the rewards of all ranks in rank order are the step's
@@ -136,7 +147,7 @@ def global_advantages_and_scales(
     offset = sum(len(g) for g in gathered[:rank])
     mine = slice(offset, offset + len(totals))
     advantages = group_advantages(everything, group_size, config=config)
-    scales = advantage_scales(everything, group_size, config=config)
+    scales = advantage_scales(everything, group_size, config=config, at_clip="group")
     return advantages[mine], scales[mine]
 
 
@@ -215,7 +226,9 @@ def training_sequences(
             else _episode_anchor_parts(ep, engine, prefix, reward_config, advantage)
             for ep, r in zip(ro.episodes, ro.rewards)
         ]
-        credits, shares = anchor_advantages(parts, ro.anchor_scales, group_size)
+        credits, shares = anchor_advantages(
+            parts, ro.anchor_scales, group_size, fractions=ro.anchor_fractions
+        )
         charged = [{i for _, value, toks in ps if value < 0 for i in toks} for ps in parts]
     for n, (ep, adv) in enumerate(zip(ro.episodes, ro.advantages)):
         main = ep.main

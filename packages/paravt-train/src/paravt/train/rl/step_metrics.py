@@ -44,13 +44,18 @@ def step_metrics(
     producer_metrics: dict[str, float],
 ) -> dict[str, float]:
     """The step's metrics row, averaged over ranks (collective: the same keys on every rank):
-    the episodes' (`episode_metrics`), the share of groups without signal, the update's and the
+    the episodes' (`episode_metrics`), the share of groups without signal and of episodes at the
+    reward clip, the update's and the
     weight sync's, the phases' times, generated tokens and their throughput, the producer's
     (asynchronous runs) and the rollout engine's."""
     metrics = episode_metrics(rollouts)
     metrics["advantage/zero_groups_frac"] = zero_groups_frac(
         [r.total for r in rollouts.rewards], group_size
     )
+    # the share of episodes whose shaped reward sat at advantage.reward_clip: what they earned
+    # above it (R_tool, anchor parts) moved no advantage
+    clipped = rollouts.at_clip
+    metrics["advantage/at_clip_frac"] = sum(clipped) / len(clipped) if clipped else 0.0
     metrics |= update_metrics
     metrics |= sync_metrics
     generated = sum(s.num_generated for ep in rollouts.episodes for s in [ep.main, *ep.subagents])
