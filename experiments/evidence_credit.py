@@ -81,6 +81,14 @@ def main() -> None:
         "--controls", nargs="*", default=[], choices=["lr0", "sign"], help="evidence-run controls"
     )
     parser.add_argument(
+        "--candidate",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="also train a `candidate` run: the evidence run with these overrides on top (a "
+        "setting weighed against the shipped one on the same cold start, paired by prompt)",
+    )
+    parser.add_argument(
         "--reuse",
         type=Path,
         default=None,
@@ -234,6 +242,7 @@ def main() -> None:
         "rl_steps": args.rl_steps,
         "rewards": presets,
         "evidence_set": args.evidence_set,
+        "candidate": args.candidate,
         "reused": str(args.reuse) if args.reuse else None,
         "cold_from": str(args.cold_from) if args.cold_from else None,
         "before": {k: scores(v) for k, v in before.items()},
@@ -245,6 +254,8 @@ def main() -> None:
         runs = {"reference": ("reference", LR, ""), **runs}
     elif earlier is not None:
         cell["runs"]["reference"] = earlier["runs"]["reference"]  # type: ignore[index]
+    if args.candidate:
+        runs["candidate"] = ("evidence", LR, "")
     for control in args.controls:
         runs[control] = (
             "evidence",
@@ -263,6 +274,7 @@ def main() -> None:
                 *numeric,
                 f"reward.preset={REWARDS[reward]}",
                 *(args.evidence_set if reward == "evidence" else RELEASED_STEP),
+                *(args.candidate if name == "candidate" else []),
                 # the lr-0 control stays at lr 0 whatever --evidence-set says (run 4's first
                 # lr-0 controls ran at its optim.lr=1e-4: they repeated the evidence arm)
                 *([f"optim.lr={lr}"] if lr == LR_ZERO else []),

@@ -22,7 +22,7 @@ from paravt.train.miniature import (
     pooled_gain,
 )
 
-RUNS = ("reference", "evidence", "lr0", "sign")
+RUNS = ("reference", "evidence", "candidate", "lr0", "sign")
 # Run 9's treatment of a miss within measurement noise (experiments/README.md, committed before
 # its first cell): a run whose invalid calls after RL, or whose format ok drop, lies within these
 # distances of its margin (about two binomial standard errors of 256 episodes), on either side,
@@ -94,13 +94,15 @@ def pooled(cells: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
     return {"gains": gains, "learned": learned(gains), "held": [held(c, name)[0] for c in cells]}
 
 
-def difference(cells: list[dict[str, Any]]) -> tuple[float, float, int]:
-    """Evidence minus reference accuracy after RL, paired by prompt over every cell."""
+def difference(
+    cells: list[dict[str, Any]], a: str = "evidence", b: str = "reference"
+) -> tuple[float, float, int]:
+    """Run `a` minus run `b` accuracy after RL, paired by prompt over every cell."""
     diffs = [
-        c["runs"]["evidence"]["after"]["per_prompt"][p]["accuracy"]
-        - c["runs"]["reference"]["after"]["per_prompt"][p]["accuracy"]
+        c["runs"][a]["after"]["per_prompt"][p]["accuracy"]
+        - c["runs"][b]["after"]["per_prompt"][p]["accuracy"]
         for c in cells
-        for p in c["runs"]["evidence"]["after"]["per_prompt"]
+        for p in c["runs"][a]["after"]["per_prompt"]
     ]
     m, se = mean_and_se(diffs)
     return m, se, len(diffs)
@@ -129,7 +131,7 @@ def main() -> None:
         group = [c for c in cells if c["numeric"] == numeric]
         seeds = [c["seed"] for c in group]
         lines.append(f"**{numeric}** (seeds {', '.join(map(str, seeds))}):")
-        for name in ("reference", "evidence"):
+        for name in ("reference", "evidence", "candidate"):
             p = pooled(group, name)
             if p is None:
                 continue
@@ -143,6 +145,12 @@ def main() -> None:
             lines.append(
                 f"- evidence - reference, held-out accuracy after RL paired by prompt: "
                 f"{m:+.3f} ± {se:.3f} (n={n})"
+            )
+        if all("candidate" in c["runs"] and "evidence" in c["runs"] for c in group):
+            m, se, n = difference(group, "candidate", "evidence")
+            lines.append(
+                f"- candidate ({' '.join(group[0].get('candidate', []))}) - evidence, held-out "
+                f"accuracy after RL paired by prompt: {m:+.3f} ± {se:.3f} (n={n})"
             )
         test = [c for c in group if c["seed"] in (0, 1)]
         if len(test) == 2:
