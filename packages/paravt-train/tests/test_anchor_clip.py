@@ -123,3 +123,27 @@ def test_a_wrong_answer_beside_right_answers_at_the_clip_is_never_pushed_up(
     assert old[6] > median[6] + 0.05, (old, median)  # the wrong answers went up
     if token_level:  # and a right answer without a call above the ones with a call
         assert old[4] > old[0], old
+
+
+@pytest.mark.parametrize("token_level", [True, False])
+def test_the_clip_watch_warns_once_with_the_level_and_the_fix(
+    caplog: pytest.LogCaptureFixture, token_level: bool
+) -> None:
+    """`advantage/at_clip_frac` under a quarter says nothing; the first step at or above it warns
+    once, naming the share, the reward level the clip flattens and the setting that lifts it."""
+    from paravt.train.recipe import AdvantageSpec
+    from paravt.train.rl import ClipWatch
+
+    watch = ClipWatch(AdvantageSpec(token_level_anchoring=token_level))
+    caplog.set_level("WARNING", logger="paravt.train")
+    fired = [
+        step
+        for step, share in enumerate([0.0, 0.2, 0.5, 0.9, 0.3], start=1)
+        if watch.observe(step, {"advantage/at_clip_frac": share})
+    ]
+    assert fired == [3]
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert "step 3: 50%" in message and "above 2.20" in message
+    assert "advantage.reward_clip=40" in message
+    assert ("token-level credit" in message) == token_level
+    assert not ClipWatch(AdvantageSpec(reward_clip=40)).observe(1, {})  # metric absent: silent

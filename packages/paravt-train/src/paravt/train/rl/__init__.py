@@ -4,7 +4,7 @@
   (`rollout`, `rollout_tasks`, `Rollouts`);
 - `scoring`: rewards per episode, group advantages over all ranks, the training sequences and
   episode metrics; `watches`: steps without a learning signal (`NoSignalWatch`), invalid tool
-  calls rising with the reward (`InvalidCallWatch`); `step_metrics`: the step's metrics row;
+  calls rising with the reward (`InvalidCallWatch`), rewards flattened by the clip (`ClipWatch`); `step_metrics`: the step's metrics row;
 - `learner`: micro-batches, the log-prob pass (proximal, reference), the KL reward, `ppo_update`
   (the loss and one optimiser step);
 - `engines`: the rollout engines, one class per kind behind one interface (`RolloutEngine`:
@@ -52,9 +52,10 @@ from paravt.train.rl.scoring import (
     zero_groups_frac,
 )
 from paravt.train.rl.step_metrics import progress_bar, step_metrics
-from paravt.train.rl.watches import InvalidCallWatch, NoSignalWatch
+from paravt.train.rl.watches import ClipWatch, InvalidCallWatch, NoSignalWatch
 
 __all__ = [
+    "ClipWatch",
     "EngineContext",
     "InvalidCallWatch",
     "NoSignalWatch",

@@ -73,7 +73,7 @@ from paravt.train.rl.scoring import (
     training_sequences,
 )
 from paravt.train.rl.step_metrics import StepTimes, progress_bar, step_metrics
-from paravt.train.rl.watches import InvalidCallWatch, NoSignalWatch
+from paravt.train.rl.watches import ClipWatch, InvalidCallWatch, NoSignalWatch
 from paravt.train.runs import Run, start_run
 
 log = logging.getLogger("paravt.train")
@@ -172,6 +172,7 @@ class RLSetup:
     filler: Sequence_ | None
     no_signal: NoSignalWatch
     invalid_calls: InvalidCallWatch = field(default_factory=lambda: InvalidCallWatch(0))
+    clip: ClipWatch | None = None  # rewards flattened by advantage.reward_clip
     episodes: EpisodeRecorder | None = None  # rank 0's sampled episodes (paravt.train.episodes)
 
     def close(self) -> None:
@@ -275,6 +276,7 @@ def set_up_rl(
             reward_config,
         ),
         episodes=episode_recorder(recipe, run),
+        clip=ClipWatch(recipe.advantage),
     )
 
 
@@ -371,6 +373,8 @@ def rl_step(rl: RLSetup, step: int) -> tuple[dict[str, float], Rollouts]:
     )
     rl.no_signal.observe(step, metrics["advantage/zero_groups_frac"], metrics["accuracy"])
     rl.invalid_calls.observe(step, metrics)
+    if rl.clip is not None:
+        rl.clip.observe(step, metrics)
     t_rec = time.perf_counter()
     if rl.episodes is not None:  # rank 0 only, no collective
         staleness = int(producer_metrics.get("rollout/staleness", 0))

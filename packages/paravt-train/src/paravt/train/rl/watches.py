@@ -1,5 +1,6 @@
-"""The run's watches over its step metrics: `NoSignalWatch` (groups without learning signal) and
-`InvalidCallWatch` (reward earned while invalid calls rise), each warning once with numbers."""
+"""The run's watches over its step metrics: `NoSignalWatch` (groups without learning signal),
+`InvalidCallWatch` (reward earned while invalid calls rise) and `ClipWatch` (rewards flattened by
+the reward clip), each warning with numbers."""
 
 from __future__ import annotations
 
@@ -182,3 +183,42 @@ def _half_means(rows: Sequence[tuple[int, float, float, float, float]]) -> dict[
         "share": invalid / attempts if attempts > 0 else 0.0,
         "format_ok": sum(fmt_ok) / len(fmt_ok) if fmt_ok else math.nan,
     }
+
+
+class ClipWatch:
+    """Warns once per run (rank 0) the first step at least `share` of whose episodes had their
+    shaped reward at `advantage.reward_clip` (metric `advantage/at_clip_frac`): every reward above
+    `clip / scaling - bias` reads the same, so what those episodes earned above it (R_tool, the
+    anchor parts) moved no advantage, and where a group is squeezed against the clip token-level
+    credit grows large. Reads the step's global mean, so every rank sees the same; no collective.
+    """
+
+    def __init__(self, advantage: Any, share: float = 0.25) -> None:
+        self.share = share
+        self.clip = advantage.reward_clip
+        self.level = advantage.reward_clip / advantage.reward_scaling - advantage.reward_bias
+        self.token_level = advantage.token_level_anchoring
+        self.fired = False
+
+    def observe(self, step: int, metrics: Mapping[str, float]) -> bool:
+        """True when this step fired the warning (at most once a run)."""
+        at_clip = float(metrics.get("advantage/at_clip_frac", 0.0))
+        if self.fired or not at_clip >= self.share:
+            return False
+        self.fired = True
+        if is_rank0():
+            log.warning(
+                "step %d: %.0f%% of the episodes' shaped rewards sat at advantage.reward_clip "
+                "(%g): every reward above %.2f reads the same, so what they earned above it "
+                "(R_tool, anchor parts) moved no advantage%s. A clip no reward reaches keeps "
+                "it: advantage.reward_clip=40 (the reference keeps AReaL's 20)",
+                step,
+                100 * at_clip,
+                self.clip,
+                self.level,
+                ", and token-level credit grows large where a group's rewards are squeezed "
+                "against the clip"
+                if self.token_level
+                else "",
+            )
+        return True
