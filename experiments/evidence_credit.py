@@ -109,7 +109,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--remeasure",
-        choices=["reference", "evidence", "lr0", "sign"],
+        choices=["reference", "evidence", "candidate", "lr0", "sign"],
         default=None,
         help="measure one run of the finished cell --out again on a fresh held-out draw "
         f"({REMEASURE_GROUP} rollouts a prompt, sampling seed {REMEASURE_SEED}), the SFT policy "
@@ -349,6 +349,7 @@ def remeasure(args: argparse.Namespace) -> None:
             *NUMERICS[args.numeric],
             f"reward.preset={run['reward']}",
             *(cell["evidence_set"] if reward == "evidence" else RELEASED_STEP),
+            *(cell.get("candidate", []) if args.remeasure == "candidate" else []),
             f"rollout.group_size={REMEASURE_GROUP}",
         ],
     )
