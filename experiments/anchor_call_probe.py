@@ -7,22 +7,27 @@ Their training curves share two signs: the loss sits far below zero (about -1 to
 the other arms hover around 0) and the generated length falls (about 66 -> 27 tokens), and the
 arm without R_tool follows PARA-GRPO's curve almost exactly, as if R_tool carried no weight.
 
-This probe takes one step of rollouts from a policy (the SFT policy of a seed, by default: a
-probe of the cold start, never a verdict) under the token-anchored arm's recipe, scores the same
-rollouts under both anchoring forms (`para_grpo` and `para_grpo_sequence`: they differ in
-nothing else), and reads the per-token advantages the trainer would train on
-(`paravt.train.rl.training_sequences`) as the loss weighs them (`loss.aggregation`):
+This probe takes `--batches` steps' worth of rollouts from a policy (the SFT policy of a seed, by
+default: a probe of the cold start, never a verdict) under the token-anchored arm's recipe,
+scores the same rollouts under both anchoring forms (`para_grpo` and `para_grpo_sequence`: they
+differ in nothing else; with `--cold`, a learning-test cold start under the shipped tiny recipe),
+and reads the per-token advantages the trainer would train on
+(`paravt.train.rl.training_sequences`), twice: as the trainer computed them before
+`paravt.rewards.anchor_fractions` (`before_clip_fractions`) and as it does now (`now`):
 
 - the mean advantage per trained token (what the PPO loss is minus, at ratio 1);
-- per group: the spread of the rewards the advantage was normalised with, and the scale from
-  reward units to advantage units that token-level anchoring multiplies its parts by;
-- callers against non-callers: trained tokens, the summed advantage on their tokens (their pull
-  on the gradient under token-mean aggregation), and the advantage on the token that decides
-  (the first token after the first `</think>`: `<tool_call>` or `<answer>`);
-- the largest token credits and which anchor part they belong to.
+- how many episodes' shaped rewards sat at the clip (right answers with and without a call);
+- per group: the spread of its rewards, the scale from reward units to advantage units that
+  token-level anchoring multiplies its parts by, its callers and accuracy;
+- callers against non-callers: trained tokens, their share of the step's advantage mass (their
+  pull on the gradient under token-mean aggregation), and the advantage on the token that
+  decides (the first token after the first `</think>`: `<tool_call>` or `<answer>`);
+- the largest |advantage| on any trained token.
 
-    python experiments/anchor_call_probe.py --run DIR/reproduce --seed 0 \\
-        --out experiments/results/anchor_call_probe_s0.json
+    python experiments/anchor_call_probe.py --run DIR/reproduce --seed 0 \
+        --out experiments/results/anchor_call_probe/prior_kept_s0.json
+    python experiments/anchor_call_probe.py --run DIR/reproduce --seed 0 \
+        --set advantage.reward_clip=40 --out experiments/results/anchor_call_probe/prior_kept_s0_clip40.json
 """
 
 from __future__ import annotations
