@@ -262,12 +262,12 @@ def anchor_advantages(
     A part's credit is its value times the rollout's fraction minus the group's mean of that
     (an episode that did not earn the part counts 0, and so does one whose fraction is 0: the
     clip cancelled its anchor, so its structural tokens carry what its other tokens carry), times
-    the rollout's scale, split evenly over its tokens: a structural token that every rollout of the group gets right carries
-    nothing, one that only some get right is pushed up in those and its absence lowers the
-    others' sequence share. With advantages computed on `reward + anchor total`,
-    `sequence advantage - share` on every token is exactly the advantage the reward alone gets at
-    the same group and batch statistics, also where shaped rewards reach the clip, and the token
-    credit on top is the anchor's share moved onto the tokens that earned it. `fractions` has no
+    the rollout's scale, split evenly over its tokens: a structural token that every rollout of
+    the group gets right carries nothing, one that only some get right is pushed up in those and
+    its absence lowers the others' sequence share. With advantages computed on `reward + anchor
+    total`, `sequence advantage - share` on every token is exactly the advantage the reward alone
+    gets at the same group and batch statistics, also where shaped rewards reach the clip, and
+    the token credit on top is the anchor's share moved onto the tokens that earned it. `fractions` has no
     default: without them (all 1) the decomposition holds only where no shaped reward reaches
     the clip, and silently pays the rollouts below the clip for the anchor of those at it.
     """

@@ -4,7 +4,8 @@
   (`rollout`, `rollout_tasks`, `Rollouts`);
 - `scoring`: rewards per episode, group advantages over all ranks, the training sequences and
   episode metrics; `watches`: steps without a learning signal (`NoSignalWatch`), invalid tool
-  calls rising with the reward (`InvalidCallWatch`), rewards flattened by the clip (`ClipWatch`); `step_metrics`: the step's metrics row;
+  calls rising with the reward (`InvalidCallWatch`), rewards flattened by the clip
+  (`ClipWatch`); `step_metrics`: the step's metrics row;
 - `learner`: micro-batches, the log-prob pass (proximal, reference), the KL reward, `ppo_update`
   (the loss and one optimiser step);
 - `engines`: the rollout engines, one class per kind behind one interface (`RolloutEngine`:

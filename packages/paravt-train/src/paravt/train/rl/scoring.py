@@ -133,8 +133,8 @@ def global_advantages_and_scales(
 ) -> tuple[list[float], list[float]]:
     """This rank's advantages, normalised over the global batch, and their `advantage_scales`
     (shaped-reward units -> advantage units, the group's rate also at the clip: token-level
-    anchoring's `anchor_fractions` carry the clip), from one gather (collective: every rank calls it once a
-    step, whatever its number of episodes).
+    anchoring's `anchor_fractions` carry the clip), from one gather (collective: every rank calls
+    it once a step, whatever its number of episodes).
 
     Every rank holds whole groups, so the rewards of all ranks in rank order are the step's
     batch as one process would hold it: group statistics are unchanged, and batch normalisation

@@ -45,9 +45,8 @@ def step_metrics(
 ) -> dict[str, float]:
     """The step's metrics row, averaged over ranks (collective: the same keys on every rank):
     the episodes' (`episode_metrics`), the share of groups without signal and of episodes at the
-    reward clip, the update's and the
-    weight sync's, the phases' times, generated tokens and their throughput, the producer's
-    (asynchronous runs) and the rollout engine's."""
+    reward clip, the update's and the weight sync's, the phases' times, generated tokens and
+    their throughput, the producer's (asynchronous runs) and the rollout engine's."""
     metrics = episode_metrics(rollouts)
     metrics["advantage/zero_groups_frac"] = zero_groups_frac(
         [r.total for r in rollouts.rewards], group_size

@@ -210,8 +210,9 @@ class ClipWatch:
             log.warning(
                 "step %d: %.0f%% of the episodes' shaped rewards sat at advantage.reward_clip "
                 "(%g): every reward above %.2f reads the same, so what they earned above it "
-                "(R_tool, anchor parts) moved no advantage%s. A clip no reward reaches keeps "
-                "it: advantage.reward_clip=40 (the reference keeps AReaL's 20)",
+                "(R_tool, anchor parts) moved no advantage%s. advantage.reward_clip=40 is a clip "
+                "no preset's reward reaches (not shown to train better; the reference keeps "
+                "AReaL's 20)",
                 step,
                 100 * at_clip,
                 self.clip,
