@@ -5,10 +5,12 @@ import pytest
 from paravt.core import parse_response
 from paravt.rewards import (
     RewardConfig,
+    anchor_token_parts,
     anchor_token_rewards,
     score,
     structural_token_positions,
 )
+from paravt.rewards.anchoring import shift_offsets
 
 CALL = (
     '<tool_call>{"name": "crop_video", "arguments": {"start_time": 1, "end_time": 9}}</tool_call>'
@@ -64,12 +66,47 @@ def test_token_form_leaves_the_anchor_out_of_the_scalar_format_reward() -> None:
     assert tok.format == pytest.approx(0.3)
 
 
-def test_an_unclosed_think_is_penalised_on_its_opening_tag() -> None:
+def test_an_unclosed_think_that_runs_to_the_end_is_charged_on_the_last_token() -> None:
     text = "<think>I check the clip and keep going"
-    tokens, offsets = tokenize(text)
+    _, offsets = tokenize(text)
     vec = anchor_token_rewards(parse_response(text), offsets, lambda_anchor=0.5)
-    assert vec[0] == pytest.approx(-0.15) and tokens[0] == "<think>"
-    assert all(v == 0 for v in vec[1:])
+    assert vec[-1] == pytest.approx(-0.15)
+    assert all(v == 0 for v in vec[:-1])
+
+
+def test_a_think_skipped_after_the_prefix_is_charged_on_the_answer_that_skipped_it() -> None:
+    """The think prefix's `<think>\n` sits in the prompt; a policy that answers at once
+    (`<answer>blue</answer>`, the think never closed) made its mistake on `<answer>`, where
+    `</think>` was due. Both the unclosed-think part and the format-issue part land there, not on
+    the last token (where they sat before, leaving `<answer>` its outcome credit)."""
+    text = "<think>\n<answer>blue</answer>"
+    tokens, offsets = tokenize(text[len("<think>\n") :])
+    shifted = shift_offsets(offsets, len("<think>\n"))
+    parts = anchor_token_parts(parse_response(text), shifted, lambda_anchor=0.5, format_issues=True)
+    on = {p.name: [tokens[i] for i in p.tokens] for p in parts}
+    assert on == {"unclosed_think": ["<answer>"], "format_issues": ["<answer>"]}
+    # with think text before the early answer, the charge is still where the close was due
+    text = "<think>\nI check the clip.<answer>blue</answer>"
+    tokens, offsets = tokenize(text[len("<think>\n") :])
+    shifted = shift_offsets(offsets, len("<think>\n"))
+    parts = anchor_token_parts(parse_response(text), shifted, lambda_anchor=0.5, format_issues=True)
+    assert {p.name: [tokens[i] for i in p.tokens] for p in parts} == {
+        "unclosed_think": ["<answer>"],
+        "format_issues": ["<answer>"],
+    }
+
+
+def test_a_structure_that_does_not_parse_keeps_its_token_charges_not_its_credit() -> None:
+    """Our presets pay no format (and, in the token form, no anchor credit) to a structure that
+    does not parse; its charges stay, on the token that broke it."""
+    config = RewardConfig.paragrpo(anchoring="token", completion_prefix="<think>\n")
+    completion = "<answer>B</answer>"
+    tokens, offsets = tokenize(completion)
+    r = score(completion, "B", "mcq", config, token_offsets=offsets)
+    assert "format_not_parsed" in r.flags and r.format == 0.0
+    assert r.token_rewards is not None
+    assert r.token_rewards[tokens.index("<answer>")] == pytest.approx(-0.15)
+    assert sum(r.token_rewards) == pytest.approx(-0.15)
 
 
 def test_a_tag_outside_the_completion_tokens_puts_its_credit_on_the_last_token() -> None:

@@ -9,7 +9,9 @@ found, and each part of R_anchor goes to the tokens of the tags that earned it:
 - `</think>` closure (+0.4): the tokens of the first `</think>`;
 - full think -> answer flow (+0.3): the tokens of that `</think>` and of the first closed,
   non-empty answer block's `<answer>` and `</answer>`;
-- unclosed think (-0.3): the tokens of the first `<think>`.
+- unclosed think (-0.3): where the think should have closed: the tokens of the tag that opened
+  while it was open (`<think>\n<answer>B</answer>`: the `<answer>`), or the last token when it
+  ran to the end.
 
 With `tool_calls=True` (ours, off by default: the paper names the `<tool_call>` closures among
 the positions most prone to collapse, the reference's scalar has no such part) two more parts:
@@ -24,9 +26,13 @@ The call bodies (the JSON, the window the model picks) get nothing either way.
 With `format_issues=True` (ours, off by default) one more part:
 
 - format issues (-0.3): the tokens of every span the parser reported as an issue other than a
-  call's (text outside the tags, a stray closing tag, an unclosed block, a second answer ...),
-  when the turn has one: a turn that runs on after its calls until the token limit cuts it is
-  charged on the run-on text, where the turn should have ended.
+  call's (text outside the tags, a stray closing tag, a second answer ...), when the turn has
+  one: a turn that runs on after its calls until the token limit cuts it is charged on the
+  run-on text, where the turn should have ended. A block left open when another opened is
+  charged, as the unclosed think is, on the tag that opened inside it: the token that was
+  generated where the close was due. (Its span alone can lie wholly in the prompt: the think
+  prefix's `<think>\n` followed at once by `<answer>`; the charge then sat on the last token,
+  and the token that skipped the think kept its outcome credit.)
 
 A part is split evenly over its tokens and scaled by `lambda_anchor`, so the vector sums to
 `lambda_anchor * R_anchor`. When a tag has no token in the completion (e.g. the `<think>` of the
@@ -40,7 +46,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from paravt.core import ParsedResponse, TagSpan
+from paravt.core import Issue, IssueKind, ParsedResponse, TagSpan
 from paravt.rewards.terms import (
     ANCHOR_BROKEN_CALLS,
     ANCHOR_CLOSE_THINK,
@@ -129,8 +135,12 @@ def anchor_token_parts(
             a_open = next(t for t in parsed.tags if t.start == answer.start)
             a_close = next(t for t in parsed.tags if t.end == answer.end and t.tag == "</answer>")
             parts.append(("flow", ANCHOR_FLOW, [close, a_open, a_close]))
+    opened_at = {t.start: t for t in parsed.tags}
     if "<think>" in first and close is None:
-        parts.append(("unclosed_think", ANCHOR_UNCLOSED_THINK, [first["<think>"]]))
+        # charged where the close was due: the tag that opened inside the think, if any
+        block = next((b for b in parsed.blocks if b.kind == "think"), None)
+        due = opened_at.get(block.end) if block is not None else None
+        parts.append(("unclosed_think", ANCHOR_UNCLOSED_THINK, [due] if due else []))
     if tool_calls:
         good, bad = _call_tags(parsed)
         if good:
@@ -139,7 +149,7 @@ def anchor_token_parts(
             parts.append(("broken_calls", ANCHOR_BROKEN_CALLS, bad))
     if format_issues:
         spans = [
-            TagSpan(i.kind.value, i.start, i.end)
+            _due(i, opened_at)
             for i in parsed.issues
             if i.kind not in INVALID_CALL_ISSUES and i.end > i.start
         ]
@@ -153,6 +163,14 @@ def anchor_token_parts(
     return out
 
 
+def _due(issue: Issue, opened_at: dict[int, TagSpan]) -> TagSpan:
+    """The span an issue is charged on: a block left open when another opened is charged on
+    the tag that opened (where its close was due); any other issue on its own span."""
+    if issue.kind is IssueKind.UNCLOSED_TAG and issue.end in opened_at:
+        return opened_at[issue.end]
+    return TagSpan(issue.kind.value, issue.start, issue.end)
+
+
 def anchor_token_rewards(
     parsed: ParsedResponse,
     offsets: Offsets,
@@ -160,9 +178,11 @@ def anchor_token_rewards(
     lambda_anchor: float = 0.5,
     min_think_chars: int = 10,
     tool_calls: bool = False,
+    charges_only: bool = False,
 ) -> list[float]:
     """A per-token reward vector (one float per offset) holding `lambda_anchor * R_anchor` on the
-    structural tokens that earned it (see the module docstring); zeros elsewhere."""
+    structural tokens that earned it (see the module docstring); zeros elsewhere. With
+    `charges_only` (a structure whose format earned nothing) only the negative parts."""
     n = len(offsets)
     rewards = [0.0] * n
     if n == 0 or lambda_anchor == 0:
@@ -175,6 +195,8 @@ def anchor_token_rewards(
         tool_calls=tool_calls,
     )
     for part in parts:
+        if charges_only and part.value >= 0:
+            continue
         share = part.value / len(part.tokens)
         for i in part.tokens:
             rewards[i] += share

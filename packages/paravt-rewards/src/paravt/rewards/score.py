@@ -194,8 +194,10 @@ def _compose(
     if config.format_credit == "parses" and not parses:
         # the released rule pays each tag whatever the rest is ('<think>' spam with one closed
         # answer earns R_fmt 1, a turn cut off inside a third call keeps its credit); here
-        # format credit needs a structure that parses in ParaVT's format
-        base = anchor = 0.0
+        # format credit needs a structure that parses in ParaVT's format; the anchor keeps its
+        # charge (an unclosed think), which the token form places on its token
+        base = 0.0
+        anchor = min(anchor, 0.0)
         flags.append("format_not_parsed")
     fmt = base
     if config.anchoring == "sequence":
@@ -299,19 +301,17 @@ def score(
     )
     if token_offsets is not None:
         offsets = shift_offsets(token_offsets, len(prefix)) if prefix else list(token_offsets)
-        if (
-            out.degenerate is not None
-            or config.anchoring == "sequence"
-            or "format_not_parsed" in out.flags
-        ):
+        if out.degenerate is not None or config.anchoring == "sequence":
             out.token_rewards = [0.0] * len(offsets)
         else:
+            # a structure that does not parse earns no anchor credit, but keeps its charges
             out.token_rewards = anchor_token_rewards(
                 parsed,
                 offsets,
                 lambda_anchor=config.lambda_anchor,
                 min_think_chars=config.min_think_chars,
                 tool_calls=config.anchor_tool_calls,
+                charges_only="format_not_parsed" in out.flags,
             )
     return out
 

@@ -67,15 +67,13 @@ def score_rollouts(ro: Rollouts, reward_config: Any, recipe: RLRecipe) -> None:
         # reward_scaling to advantages already normalised per group and batch (the earlier
         # form) put +2.0 on every `</think>` of every step, with no baseline: about twice a
         # typical advantage, whatever the group did.
-        # an episode whose format earned nothing (RewardConfig.format_credit="parses" and a
-        # structure that does not parse) earns no anchor credit either
         anchor_totals = [
-            0.0
-            if "format_not_parsed" in r.flags
-            else sum(
+            sum(
                 p.value
                 for t in ep.turns
-                for p in _anchor_parts(t.parsed, [], reward_config, recipe.advantage)
+                for p in _earned(
+                    _anchor_parts(t.parsed, [], reward_config, recipe.advantage), r.flags
+                )
             )
             for ep, r in zip(ro.episodes, ro.rewards)
         ]
@@ -126,6 +124,18 @@ def _anchor_parts(
         format_issues=reward_config.anchor_format_issues,
     )
     return [p for p in parts if p.name in names]
+
+
+def _earned(parts: list[Any], flags: Sequence[str]) -> list[Any]:
+    """The anchor parts an episode is paid or charged: all of them, or, when its format earned
+    nothing (`RewardConfig.format_credit="parses"` and a structure that does not parse), its
+    charges only (a broken call's tags, a format issue, an unclosed think: negative parts). Such
+    an episode is the one the charges are for; dropping them too (the form before) left the
+    token that broke the format (`<think>\n<answer>B</answer>`: the `<answer>`) with its
+    outcome credit, pushed up whenever the answer beat its group."""
+    if "format_not_parsed" not in flags:
+        return parts
+    return [p for p in parts if p[1] < 0]
 
 
 def global_advantages_and_scales(
@@ -221,9 +231,7 @@ def training_sequences(
     token_anchoring = token_parts(advantage, reward_config) is not None
     if token_anchoring:
         parts = [
-            []
-            if "format_not_parsed" in r.flags
-            else _episode_anchor_parts(ep, engine, prefix, reward_config, advantage)
+            _earned(_episode_anchor_parts(ep, engine, prefix, reward_config, advantage), r.flags)
             for ep, r in zip(ro.episodes, ro.rewards)
         ]
         credits, shares = anchor_advantages(
