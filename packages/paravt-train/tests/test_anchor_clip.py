@@ -147,3 +147,27 @@ def test_the_clip_watch_warns_once_with_the_level_and_the_fix(
     assert "advantage.reward_clip=40" in message
     assert ("token-level credit" in message) == token_level
     assert not ClipWatch(AdvantageSpec(reward_clip=40)).observe(1, {})  # metric absent: silent
+
+
+@pytest.mark.parametrize("arm", ["para_grpo", "para_grpo_sequence", "anchoring_only"])
+def test_no_episode_of_the_prior_kept_arms_reaches_the_tasks_clip(arm: str) -> None:
+    """The third registration clips every arm's shaped rewards at +-40 so that R_tool and the
+    anchor keep moving the advantage of a right answer with calls: the best episode the task's
+    arms can produce (a well-formed call after a think, then a think and the right answer)
+    stays below it, while under the released clip (20) it sits at the clip."""
+    from paravt.train.miniature import ARMS, TASKS
+
+    from .test_format_charges import episodes as prefixed_episodes
+
+    task = TASKS["prior_kept"]
+    overrides = [*ARMS[arm].overrides(task), *task.rollout, "rollout.group_size=4"]
+    eps, _ = prefixed_episodes(["ok"] * 3 + ["wrong"])
+    results = {}
+    for extra in ([], ["advantage.reward_clip=20"]):
+        recipe = load_recipe("tiny_paragrpo", [*overrides, *extra], stage="rl")
+        assert recipe.rollout.think_prefix
+        ro = Rollouts(eps, [Example(f"e{i}", "red") for i in range(len(eps))], [4] * len(eps))
+        score_rollouts(ro, build_reward_config(recipe), recipe)
+        assert ro.rewards[0].accuracy == 1 and ro.rewards[0].tool > 0
+        results[recipe.advantage.reward_clip] = ro.at_clip[:3]
+    assert results == {40.0: [False] * 3, 20.0: [True] * 3}

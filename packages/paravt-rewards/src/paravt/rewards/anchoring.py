@@ -35,8 +35,9 @@ With `format_issues=True` (ours, off by default) one more part:
   and the token that skipped the think kept its outcome credit.)
 
 A part is split evenly over its tokens and scaled by `lambda_anchor`, so the vector sums to
-`lambda_anchor * R_anchor`. When a tag has no token in the completion (e.g. the `<think>` of the
-think prefix sits in the prompt), that part goes to the last token, so the sum is kept.
+`lambda_anchor * R_anchor`. When a part's spans have no token in the completion (an unclosed
+think that ran to the end, a span wholly in the prompt), that part goes to the last token, so the
+sum is kept.
 Every other token, including all tool-call content, gets 0.
 """
 

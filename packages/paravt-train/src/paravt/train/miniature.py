@@ -412,6 +412,14 @@ PRIOR_KEPT_NEEDLE_S = 2.0
 PRIOR_KEPT_TOOL_FRACTION = 0.75
 PRIOR_KEPT_COLD_START_STEPS = 1600
 PRIOR_KEPT_MIX = 1.5
+# The third registration (issue 45; docs/reproduce_rules.md): every arm's shaped rewards clipped
+# at +-40, which no reward of the miniature's arms reaches (at most 3 reward units and, with
+# token-level anchoring, 1 anchor unit: (4 - 0.2) * 10 = 38), instead of the released config's
+# 20, which flattens every reward above 2.2: every right answer with a call reads 2.2 whatever
+# else it earned (anchor, format), and the exact token decomposition put +-9 to +-22
+# advantage units on single tokens of the second run's SFT policies (experiments/README.md,
+# "anchor_call_probe.py"; at 40: 2.5 at most). Chosen on those probes, the same for every arm.
+PRIOR_KEPT_REWARD_CLIP = 40.0
 
 PRIOR_KEPT_TASK = dataclasses.replace(
     PRIOR_TASK,
@@ -420,12 +428,14 @@ PRIOR_KEPT_TASK = dataclasses.replace(
     f"{PRIOR_KEPT_NEEDLE_S:g} s, {PRIOR_KEPT_TOOL_FRACTION:g} of the teacher traces calling, the "
     f"sub-agents' reports in the prior's {PRIOR_STEPS} steps, and a "
     f"{PRIOR_KEPT_COLD_START_STEPS}-step cold start that keeps the prior's calling traces "
-    f"({PRIOR_KEPT_MIX:g} times)",
+    f"({PRIOR_KEPT_MIX:g} times); every arm's shaped rewards clipped at "
+    f"+-{PRIOR_KEPT_REWARD_CLIP:g}, which none reaches",
     synth=(
         *PRIOR_TASK.synth,
         f"data.synth.tool_fraction={PRIOR_KEPT_TOOL_FRACTION}",
         f"data.synth.needle_s={PRIOR_KEPT_NEEDLE_S}",
     ),
+    rollout=(*PRIOR_TASK.rollout, f"advantage.reward_clip={PRIOR_KEPT_REWARD_CLIP:g}"),
     sft_steps=PRIOR_KEPT_COLD_START_STEPS,
     prior_subagents=True,
     cold_prior_mix=PRIOR_KEPT_MIX,
@@ -461,7 +471,7 @@ TASKS: dict[str, Task] = {
         PRIOR_KEPT_TASK,
     )
 }
-DEFAULT_TASK = "prior_kept"  # the second pre-registration's task (issue 45)
+DEFAULT_TASK = "prior_kept"  # the second and third pre-registrations' task (issue 45)
 
 
 @dataclass
