@@ -92,6 +92,9 @@ class Rollouts:
     # per episode, whether the shaped reward its advantage saw sits at advantage.reward_clip
     # (what it earned above the clip moved nothing)
     at_clip: list[bool] = field(default_factory=list)
+    # per episode, what its advantage was computed from: the reward's total plus, with anchor
+    # parts on tokens, its anchor total (the charges of a structure that does not parse too)
+    advantage_totals: list[float] = field(default_factory=list)
 
 
 def rollout(

@@ -83,6 +83,7 @@ def score_rollouts(ro: Rollouts, reward_config: Any, recipe: RLRecipe) -> None:
         # clip up on every token (`paravt.rewards.anchor_fractions`).
         ro.anchor_fractions = anchor_fractions(totals, anchor_totals, config)
         totals = [x + t for x, t in zip(totals, anchor_totals)]
+    ro.advantage_totals = totals
     ro.at_clip = [abs(s) >= config.reward_clip for s in shape_rewards(totals, config)]
     ro.advantages, ro.anchor_scales = global_advantages_and_scales(
         totals, recipe.rollout.group_size, config
