@@ -206,7 +206,9 @@ def measure(ro: Any, engine: Any, recipe: Any, g: int, *, before: bool) -> dict[
         trained = [i for i, k in enumerate(s.mask) if k]
         advs = s.advantages or []
         decide = _deciding_token(ep, engine, prefix)
-        parts = _episode_anchor_parts(ep, engine, prefix, reward_config, recipe.advantage)
+        parts = _episode_anchor_parts(
+            ep, fresh.rewards[n], engine, prefix, reward_config, recipe.advantage
+        )
         anchor_total = sum(v for _, v, _ in parts)
         rows.append(
             {

@@ -86,8 +86,8 @@ def main() -> None:
     prefix = "<think>\n" if recipe.rollout.think_prefix else ""
 
     parts = [
-        _episode_anchor_parts(ep, engine, prefix, reward_config, recipe.advantage)
-        for ep in ro.episodes
+        _episode_anchor_parts(ep, r, engine, prefix, reward_config, recipe.advantage)
+        for ep, r in zip(ro.episodes, ro.rewards)
     ]
     credits, shares = anchor_advantages(
         parts, ro.anchor_scales, recipe.rollout.group_size, fractions=ro.anchor_fractions

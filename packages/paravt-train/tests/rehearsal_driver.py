@@ -196,7 +196,7 @@ def run_rl(model: str, out: Path) -> None:
                 "checksum": digest,
                 "weight_sum": total,
                 "replica_checksum": replica_checksum(_REPLICA[0]) if _REPLICA else None,
-                "rewards": list(ro.advantage_totals),  # what the advantages were computed from
+                "advantage_totals": list(ro.advantage_totals),
                 "advantages": list(ro.advantages),
                 "subagents": sum(len(ep.subagents) for ep in ro.episodes),
                 "trained_tokens": trained,

@@ -1,4 +1,5 @@
-"""Test doubles for RL tests: in-memory examples and a frame source of coloured squares."""
+"""Test doubles for RL tests: in-memory examples, a frame source of coloured squares, and scripted
+episodes (one token per character) for the trainer's scoring."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from paravt.core import AgentConfig, AgentTask, Episode, Message, run_episodes_sync
 from paravt.core.protocol import CropVideoArgs, Frame, ToolOutput
+from paravt.core.runtime import Trajectory
+from paravt.core.testing import ScriptedEngine, StaticToolbox
 
 COLOURS = {"red": (255, 0, 0), "blue": (0, 0, 255), "green": (0, 255, 0), "yellow": (255, 255, 0)}
 DURATION_S = 20.0
@@ -143,3 +147,45 @@ class AlternateScripted:
             outs = await self.engine.generate([trajectories[i] for i in real], sampling)
             results.update(zip(real, outs))
         return [results[i] for i in range(len(trajectories))]
+
+
+CALL = (
+    '<tool_call>{"name": "crop_video", "arguments": {"start_time": 4, "end_time": 8}}</tool_call>'
+)
+
+
+class CharEngine(ScriptedEngine):
+    """The scripted engine (one token per character) with the decode the trainer's offsets use."""
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(i) for i in ids)
+
+
+LOOK = "The overview is too coarse here.</think>"
+SEEN = "The crops show the square clearly.</think>"
+GUESS = "The overview hints at a colour.</think>"
+
+
+def prefixed_episodes(plan: list[str]) -> tuple[list[Episode], CharEngine]:
+    """One episode per kind, every main turn after the think prefix: 'ok' (a call, then a think
+    and the right answer, red), 'skip' (a call, then the right answer with the prefix's think
+    never closed), 'wrong' (a wrong answer at once)."""
+    kinds = {f"e{i}": k for i, k in enumerate(plan)}
+
+    def respond(traj: Trajectory) -> str:
+        if traj.role == "subagent":
+            return "<answer>A red square at 6 s.</answer>"
+        kind = kinds[traj.messages[0].parts[0].text]  # type: ignore[union-attr]
+        turns = sum(1 for m in traj.messages if m.role == "assistant")
+        if kind == "wrong":
+            return f"{GUESS}<answer>blue</answer>"
+        if turns == 0:
+            return f"{LOOK}{CALL}"
+        return "<answer>red</answer>" if kind == "skip" else f"{SEEN}<answer>red</answer>"
+
+    engine = CharEngine(respond)
+    tasks = [
+        AgentTask(k, [Message("user", k)], StaticToolbox(), "What colour is the square?")
+        for k in kinds
+    ]
+    return run_episodes_sync(tasks, engine, AgentConfig(think_prefix=True)), engine

@@ -17,7 +17,7 @@ import pytest
 
 from paravt.core import AgentConfig, AgentTask, Episode, Message, run_episodes_sync
 from paravt.core.runtime import Trajectory
-from paravt.core.testing import ScriptedEngine, StaticToolbox
+from paravt.core.testing import StaticToolbox
 from paravt.train.recipe import load_recipe
 from paravt.train.rl import (
     Rollouts,
@@ -27,19 +27,9 @@ from paravt.train.rl import (
     training_sequences,
 )
 
-from .rl_helpers import Example
+from .rl_helpers import CALL, CharEngine, Example, prefixed_episodes
 
 THINK = "<think>The overview shows the square only briefly.</think>"
-CALL = (
-    '<tool_call>{"name": "crop_video", "arguments": {"start_time": 4, "end_time": 8}}</tool_call>'
-)
-
-
-class CharEngine(ScriptedEngine):
-    """The scripted engine (one token per character) with the decode the trainer's offsets use."""
-
-    def decode(self, ids: list[int]) -> str:
-        return "".join(chr(i) for i in ids)
 
 
 def episodes(plan: list[tuple[bool, str]]) -> tuple[list[Episode], CharEngine]:
@@ -156,8 +146,6 @@ def test_no_episode_of_the_prior_kept_arms_reaches_the_tasks_clip(arm: str) -> N
     arms can produce (a well-formed call after a think, then a think and the right answer)
     stays below it, while under the released clip (20) it sits at the clip."""
     from paravt.train.miniature import ARMS, TASKS
-
-    from .test_format_charges import episodes as prefixed_episodes
 
     task = TASKS["prior_kept"]
     overrides = [*ARMS[arm].overrides(task), *task.rollout, "rollout.group_size=4"]

@@ -64,7 +64,9 @@ def test_sequence_anchoring_charges_the_cut_call_on_its_own_tags(tmp_path: Path)
     parsed = parse_response(CUT)
     # one (start, end) span per character: token i is character i
     offsets = [(i, i + 1) for i in range(len(CUT))]
-    parts = {p.name: p for p in _anchor_parts(parsed, offsets, config, r.advantage)}
+    parts = {
+        p.name: p for p in _anchor_parts(parsed, offsets, config, r.advantage, charges_only=False)
+    }
     # no think/answer part (those stay in the scalar), no format issues part (off by default)
     assert set(parts) == {"tool_calls", "broken_calls"}
     assert parts["broken_calls"].value == pytest.approx(-0.3 * config.lambda_anchor)
@@ -97,7 +99,7 @@ def test_without_the_switch_sequence_anchoring_places_nothing(tmp_path: Path) ->
     r = recipe(tmp_path)
     parsed = parse_response(CUT)
     offsets = [(i, i + 1) for i in range(len(CUT))]
-    assert _anchor_parts(parsed, offsets, r.reward.build(), r.advantage) == []
+    assert _anchor_parts(parsed, offsets, r.reward.build(), r.advantage, charges_only=False) == []
 
 
 # two crops, then the turn runs on past its calls until the token limit cuts it
@@ -116,14 +118,21 @@ def test_a_turn_that_runs_on_after_its_calls_is_charged_on_the_run_on_text(
     config: RewardConfig = r.reward.build()
     parsed = parse_response(RUNON)
     offsets = [(i, i + 1) for i in range(len(RUNON))]
-    parts = {p.name: p for p in _anchor_parts(parsed, offsets, config, r.advantage)}
+    parts = {
+        p.name: p for p in _anchor_parts(parsed, offsets, config, r.advantage, charges_only=False)
+    }
     assert set(parts) == {"tool_calls", "format_issues"}  # both calls are well formed
     assert parts["format_issues"].value == pytest.approx(-0.3 * config.lambda_anchor)
     charged = "".join(RUNON[i] for i in parts["format_issues"].tokens)
     assert charged == "no square.</think><answer>blue"
     # off by default: the same turn under the recipe's reward places nothing there
     plain = recipe(tmp_path, "reward.overrides.anchor_tool_calls=true")
-    names = {p.name for p in _anchor_parts(parsed, offsets, plain.reward.build(), plain.advantage)}
+    names = {
+        p.name
+        for p in _anchor_parts(
+            parsed, offsets, plain.reward.build(), plain.advantage, charges_only=False
+        )
+    }
     assert names == {"tool_calls"}
 
 
@@ -145,9 +154,9 @@ def test_charged_tokens_get_no_positive_outcome_credit(
     def recording(ro, engine, reward_config, advantage, **kw):  # type: ignore[no-untyped-def]
         seqs = scoring.training_sequences(ro, engine, reward_config, advantage, **kw)
         prefix = "<think>\n" if kw["think_prefix"] else ""
-        for ep, scale in zip(ro.episodes, ro.anchor_scales):
+        for ep, r, scale in zip(ro.episodes, ro.rewards, ro.anchor_scales):
             main = next(s for s in seqs if s.token_ids is ep.main.token_ids)
-            parts = scoring._episode_anchor_parts(ep, engine, prefix, reward_config, advantage)
+            parts = scoring._episode_anchor_parts(ep, r, engine, prefix, reward_config, advantage)
             charged = {i for _, value, toks in parts if value < 0 for i in toks}
             seen.append((list(main.advantages or []), charged, scale))
         return seqs

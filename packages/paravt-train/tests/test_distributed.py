@@ -107,17 +107,17 @@ def test_the_two_rank_rehearsal_runs_unequal_work_in_step_and_normalises_globall
         assert a["checksum"] == b["checksum"] and a["replica_checksum"] == b["replica_checksum"]
         if strategy == "fsdp2":  # the rollout replica holds exactly the policy's weights
             assert a["replica_checksum"] == a["checksum"]
-    # advantages: one process's group advantages over both ranks' rewards, in rank order
+    # advantages: one process's group advantages over both ranks' totals, in rank order
     from paravt.rewards import AdvantageConfig, group_advantages
 
     config = AdvantageConfig(reward_scaling=10.0, reward_bias=-0.2, batch_norm=True)
     differs = False
     for a, b in zip(q0, q1):
-        want = group_advantages(a["rewards"] + b["rewards"], 2, config=config)
+        want = group_advantages(a["advantage_totals"] + b["advantage_totals"], 2, config=config)
         got = a["advantages"] + b["advantages"]
         assert got == pytest.approx(want, abs=1e-9), a["step"]
-        per_rank = group_advantages(a["rewards"], 2, config=config) + group_advantages(
-            b["rewards"], 2, config=config
+        per_rank = group_advantages(a["advantage_totals"], 2, config=config) + group_advantages(
+            b["advantage_totals"], 2, config=config
         )
         differs |= per_rank != pytest.approx(want, abs=1e-6)
         # the token-mean normalisers (one per mini-batch) count both ranks' trained tokens

@@ -114,10 +114,14 @@ def anchor_token_parts(
     min_think_chars: int = 10,
     tool_calls: bool = False,
     format_issues: bool = False,
+    charges_only: bool = False,
 ) -> list[AnchorPart]:
     """The parts of `lambda_anchor * R_anchor` this response earned, each with its tokens (see
     the module docstring). Their values sum to `lambda_anchor * R_anchor` (tool-call parts
-    included); without offsets every part has no tokens."""
+    included); without offsets every part has no tokens. With `charges_only` (a structure whose
+    format earned nothing: `RewardConfig.format_credit="parses"` and it does not parse) only the
+    negative parts: it earns no anchor credit but keeps its charges, on the tokens that broke
+    it."""
     if lambda_anchor == 0:
         return []
     n = len(offsets)
@@ -159,6 +163,8 @@ def anchor_token_parts(
 
     out = []
     for name, value, spans in parts:
+        if charges_only and value >= 0:
+            continue
         tokens = sorted({i for s in spans for i in _tokens_of(s, offsets, index)}) if n else []
         out.append(AnchorPart(name, lambda_anchor * value, tokens or ([n - 1] if n else [])))
     return out
@@ -183,7 +189,7 @@ def anchor_token_rewards(
 ) -> list[float]:
     """A per-token reward vector (one float per offset) holding `lambda_anchor * R_anchor` on the
     structural tokens that earned it (see the module docstring); zeros elsewhere. With
-    `charges_only` (a structure whose format earned nothing) only the negative parts."""
+    `charges_only` only the negative parts (`anchor_token_parts`)."""
     n = len(offsets)
     rewards = [0.0] * n
     if n == 0 or lambda_anchor == 0:
@@ -194,10 +200,9 @@ def anchor_token_rewards(
         lambda_anchor=lambda_anchor,
         min_think_chars=min_think_chars,
         tool_calls=tool_calls,
+        charges_only=charges_only,
     )
     for part in parts:
-        if charges_only and part.value >= 0:
-            continue
         share = part.value / len(part.tokens)
         for i in part.tokens:
             rewards[i] += share

@@ -71,8 +71,8 @@ def score_rollouts(ro: Rollouts, reward_config: Any, recipe: RLRecipe) -> None:
             sum(
                 p.value
                 for t in ep.turns
-                for p in _earned(
-                    _anchor_parts(t.parsed, [], reward_config, recipe.advantage), r.flags
+                for p in _anchor_parts(
+                    t.parsed, [], reward_config, recipe.advantage, charges_only=_unparsed(r)
                 )
             )
             for ep, r in zip(ro.episodes, ro.rewards)
@@ -113,6 +113,8 @@ def _anchor_parts(
     offsets: Sequence[tuple[int, int]],
     reward_config: Any,
     advantage: AdvantageSpec,
+    *,
+    charges_only: bool,
 ) -> Any:
     names = token_parts(advantage, reward_config) or frozenset()
     # (names: paravt.rewards.anchoring.AnchorPart.name)
@@ -123,20 +125,19 @@ def _anchor_parts(
         min_think_chars=reward_config.min_think_chars,
         tool_calls=reward_config.anchor_tool_calls,
         format_issues=reward_config.anchor_format_issues,
+        charges_only=charges_only,
     )
     return [p for p in parts if p.name in names]
 
 
-def _earned(parts: list[Any], flags: Sequence[str]) -> list[Any]:
-    """The anchor parts an episode is paid or charged: all of them, or, when its format earned
-    nothing (`RewardConfig.format_credit="parses"` and a structure that does not parse), its
-    charges only (a broken call's tags, a format issue, an unclosed think: negative parts). Such
-    an episode is the one the charges are for; dropping them too (the form before) left the
-    token that broke the format (`<think>\n<answer>B</answer>`: the `<answer>`) with its
-    outcome credit, pushed up whenever the answer beat its group."""
-    if "format_not_parsed" not in flags:
-        return parts
-    return [p for p in parts if p[1] < 0]
+def _unparsed(reward: Any) -> bool:
+    """The episode's format earned nothing (`RewardConfig.format_credit="parses"` and a
+    structure that does not parse): it is paid no anchor credit but keeps its charges (a broken
+    call's tags, a format issue, an unclosed think). Such an episode is the one the charges are
+    for; dropping them too (the form before) left the token that broke the format
+    (`<think>\n<answer>B</answer>`: the `<answer>`) with its outcome credit, pushed up whenever
+    the answer beat its group."""
+    return "format_not_parsed" in reward.flags
 
 
 def global_advantages_and_scales(
@@ -188,9 +189,10 @@ def _turn_offsets(engine: Any, ids: Sequence[int], prefix: str) -> list[tuple[in
 
 
 def _episode_anchor_parts(
-    ep: Any, engine: Any, prefix: str, reward_config: Any, advantage: AdvantageSpec
+    ep: Any, reward: Any, engine: Any, prefix: str, reward_config: Any, advantage: AdvantageSpec
 ) -> list[Any]:
-    """The anchor parts of every turn of `ep`, their tokens as indices of the main trajectory."""
+    """The anchor parts of every turn of `ep` (scored `reward`: its charges only when its format
+    earned nothing, `_unparsed`), their tokens as indices of the main trajectory."""
     main = ep.main
     # generated runs of the main trajectory are the turns, in order
     runs, start = [], None
@@ -203,7 +205,10 @@ def _episode_anchor_parts(
     parts = []
     for (s, e), turn in zip(runs, ep.turns):
         offsets = _turn_offsets(engine, main.token_ids[s:e], prefix)
-        for part in _anchor_parts(turn.parsed, offsets, reward_config, advantage):
+        parts_of_turn = _anchor_parts(
+            turn.parsed, offsets, reward_config, advantage, charges_only=_unparsed(reward)
+        )
+        for part in parts_of_turn:
             parts.append((part.name, part.value, [s + i for i in part.tokens]))
     return parts
 
@@ -232,7 +237,7 @@ def training_sequences(
     token_anchoring = token_parts(advantage, reward_config) is not None
     if token_anchoring:
         parts = [
-            _earned(_episode_anchor_parts(ep, engine, prefix, reward_config, advantage), r.flags)
+            _episode_anchor_parts(ep, r, engine, prefix, reward_config, advantage)
             for ep, r in zip(ro.episodes, ro.rewards)
         ]
         credits, shares = anchor_advantages(
