@@ -120,7 +120,8 @@ def main() -> None:
             lr=lr,
             steps=steps,
             sabotage=sabotage,
-            extra=numeric,
+            # its checkpoints read as shorter runs: the constant step it was measured under
+            extra=[*numeric, "optim.schedule=constant"],
             eval_at=args.eval_at if name == "para_grpo" else [s for s in args.eval_at if s >= 16],
         )
         cell[name] = {str(s): scores(ev) for s, ev in evals.items()}

@@ -152,3 +152,15 @@ def test_a_task_refuses_prior_settings_it_cannot_use(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         m.Task("bad", "test", **fields)  # type: ignore[arg-type]
+
+
+def test_eval_at_before_the_last_step_needs_a_constant_step(tmp_path: Path) -> None:
+    """Checkpoints read as shorter runs only under a constant schedule; the tiny recipes decay the
+    step (run 13), so asking for them without `optim.schedule=constant` fails before training."""
+    from types import SimpleNamespace
+
+    cold = SimpleNamespace(
+        sft_model=tmp_path / "sft", data=SimpleNamespace(rl=tmp_path / "rl.parquet"), seed=0, held=[]
+    )
+    with pytest.raises(ValueError, match="constant schedule, not 'cosine'"):
+        m.rl_from_cold_start(cold, tmp_path / "rl", steps=4, eval_at=[2, 4])  # type: ignore[arg-type]

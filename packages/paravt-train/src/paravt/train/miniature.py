@@ -801,9 +801,10 @@ def rl_from_cold_start(
     extra: Sequence[str] = (),
 ) -> dict[int, Evaluation]:
     """One RL run from `cold`'s SFT policy; the held-out evaluation after `steps` and after each
-    step in `eval_at` (read from the run's checkpoints; the schedule is constant, so step 16 of a
-    32-step run is the 16-step run). `extra`: recipe overrides (numerics, reward) of the run and
-    of its evaluation."""
+    step in `eval_at` (read from the run's checkpoints: step 16 of a 32-step run is the 16-step
+    run only under a constant schedule, so `eval_at` before the last step needs
+    `optim.schedule=constant` in `extra`; the tiny recipes decay the step). `extra`: recipe
+    overrides (numerics, reward) of the run and of its evaluation."""
 
     every = math.gcd(*eval_at) if eval_at else 0
     if any(s > steps for s in eval_at):
@@ -822,6 +823,12 @@ def rl_from_cold_start(
             *extra,
         ],
     )
+    if any(s != steps for s in eval_at) and recipe.optim.schedule != "constant":
+        raise ValueError(
+            f"eval_at {list(eval_at)} reads checkpoints before step {steps} as shorter runs, which "
+            f"holds only under a constant schedule, not {recipe.optim.schedule!r}; pass "
+            "extra=['optim.schedule=constant', ...] or evaluate at the last step only"
+        )
     with sabotaged(sabotage):
         final = train_rl(recipe)
     results = {steps: evaluate_held_out(final, recipe, cold.held)}
