@@ -160,7 +160,10 @@ def test_eval_at_before_the_last_step_needs_a_constant_step(tmp_path: Path) -> N
     from types import SimpleNamespace
 
     cold = SimpleNamespace(
-        sft_model=tmp_path / "sft", data=SimpleNamespace(rl=tmp_path / "rl.parquet"), seed=0, held=[]
+        sft_model=tmp_path / "sft",
+        data=SimpleNamespace(rl=tmp_path / "rl.parquet"),
+        seed=0,
+        held=[],
     )
     with pytest.raises(ValueError, match="constant schedule, not 'cosine'"):
         m.rl_from_cold_start(cold, tmp_path / "rl", steps=4, eval_at=[2, 4])  # type: ignore[arg-type]
