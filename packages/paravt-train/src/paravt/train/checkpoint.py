@@ -61,6 +61,18 @@ def checkpoint_dirs(output_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def prune_checkpoints(output_dir: Path, keep_last: int, step: int) -> None:
+    """Remove every `step-*` folder before `step` except the newest `keep_last` complete ones,
+    including incomplete ones: a run killed while it removed an old checkpoint leaves it half
+    deleted (no state file), which `checkpoint_dirs` no longer lists and so would keep forever."""
+    kept = {p for _, p in checkpoint_dirs(output_dir)[-keep_last:]} if keep_last > 0 else set()
+    root = Path(output_dir) / "checkpoints"
+    for old in root.iterdir() if root.is_dir() else ():
+        m = _STEP_DIR.match(old.name)
+        if m and old.is_dir() and old not in kept and int(m.group(1)) < step:
+            shutil.rmtree(old, ignore_errors=True)
+
+
 def latest_checkpoint(output_dir: Path) -> Path | None:
     """The newest complete checkpoint of a run, or None."""
     found = checkpoint_dirs(output_dir)
@@ -120,8 +132,7 @@ def save_checkpoint(
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)
-        for _, old in checkpoint_dirs(output_dir)[:-keep_last]:
-            shutil.rmtree(old, ignore_errors=True)
+        prune_checkpoints(output_dir, keep_last, step)
     barrier()
     return final
 
