@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
 # What a release needs from the workspace (git's view of it: tracked and untracked, not ignored).
@@ -21,6 +24,10 @@ _COPIED = ["noxfile.py", "pyproject.toml", ".gitignore", "tools", "packages"]
 @pytest.fixture(scope="session")
 def release_tool() -> ModuleType:
     """tools/release.py imported as a module (it is workspace tooling, not a package)."""
+    return _release_tool()
+
+
+def _release_tool() -> ModuleType:
     name = "paravt_release_tool"
     if name in sys.modules:
         return sys.modules[name]
@@ -73,6 +80,37 @@ def _give_unreleased_an_entry(changelog: Path) -> None:
         return
     entry = "\n### Changed\n- An entry the release tests' workspace copy adds.\n"
     changelog.write_text(head + sep + entry + rest, encoding="utf-8")
+
+
+def _mark_released(repo: Path, package: str, *, raise_dependents: bool = True) -> str:
+    """In a workspace copy, the edits a release of `package` commits (the next patch version, its
+    Unreleased entries moved under it), as if it had been released earlier; with
+    `raise_dependents` every sibling's range then requires that version (`tested_range`), as the
+    release procedure asks before a dependent is released. Amends the copy's one commit, so it
+    stays "Workspace copy". Returns the version."""
+    tool = _release_tool()
+    pkg = tool.load_package(repo / "packages" / package, repo)
+    new = Version(f"{pkg.version.major}.{pkg.version.minor}.{pkg.version.micro + 1}")
+    pkg.pyproject.write_text(tool.bump_pyproject_version(pkg.pyproject.read_text(), new))
+    today = datetime.date.today().isoformat()
+    pkg.changelog.write_text(tool.release_changelog(pkg.changelog.read_text(), new, today))
+    if raise_dependents:
+        spec = tool.tested_range(package, new).removeprefix(package)
+        pattern = re.compile(rf'"{re.escape(package)}(\[[^\]]*\])?[<>=!~,.\d\s]*"')
+        for pyproject in (repo / "packages").glob("*/pyproject.toml"):
+            if pyproject.parent.name != package:
+                text = pyproject.read_text()
+                pyproject.write_text(
+                    pattern.sub(lambda m: f'"{package}{m.group(1) or ""}{spec}"', text)
+                )
+    _git(repo, "commit", "--quiet", "--all", "--amend", "-m", "Workspace copy")
+    return str(new)
+
+
+@pytest.fixture(scope="session")
+def mark_released() -> Callable[..., str]:
+    """mark_released(repo, package, raise_dependents=True) -> version (see `_mark_released`)."""
+    return _mark_released
 
 
 def _subprocess_env() -> dict[str, str]:

@@ -40,10 +40,14 @@ def _files_at_head(repo: Path, git) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def released(tmp_path_factory: pytest.TempPathFactory, copy_workspace, git, subprocess_env):
-    """A repo copy before and after `nox -s release -- paravt-rewards <next patch>`."""
+def released(
+    tmp_path_factory: pytest.TempPathFactory, copy_workspace, git, subprocess_env, mark_released
+):
+    """A repo copy before and after `nox -s release -- paravt-rewards <next patch>`, its sibling
+    paravt-core released before it (and required at that version), as the procedure asks."""
     base = tmp_path_factory.mktemp("release")
     repo = copy_workspace(base / "repo")
+    mark_released(repo, "paravt-core")
     old = _version(repo, PACKAGE)
     new = _next_patch(old)
     before = _files_at_head(repo, git)
@@ -210,6 +214,35 @@ def test_release_refuses_a_version_that_a_siblings_range_excludes(repo, run_tool
     _assert_untouched(repo, git)
 
 
+def test_release_refuses_a_package_whose_sibling_has_unreleased_changes(repo, run_tool, git):
+    # the copy's paravt-core has entries under [Unreleased]: a paravt-rewards built against it
+    # would meet the last released paravt-core on a user's machine
+    proc = run_tool(repo, "release", PACKAGE, _next_patch(_version(repo, PACKAGE)))
+    _assert_refused(
+        proc,
+        f"releasing {PACKAGE} {_next_patch(_version(repo, PACKAGE))} would ship code",
+        f"packages/{PACKAGE}/pyproject.toml [dependencies]",
+        "changes under [Unreleased] (packages/paravt-core/CHANGELOG.md)",
+        "release paravt-core first",
+    )
+    _assert_untouched(repo, git)
+
+
+def test_release_refuses_a_range_admitting_a_sibling_release_older_than_the_trees(
+    repo, run_tool, git, mark_released
+):
+    old_core = _version(repo, "paravt-core")
+    new_core = mark_released(repo, "paravt-core", raise_dependents=False)
+    proc = run_tool(repo, "release", PACKAGE, _next_patch(_version(repo, PACKAGE)))
+    upper = f"0.{old_core.minor + 1}" if old_core.major == 0 else f"{old_core.major + 1}"
+    _assert_refused(
+        proc,
+        f"admits paravt-core {old_core} (released, older than the {new_core} it is tested with",
+        f"write 'paravt-core>={new_core},<{upper}'",
+    )
+    _assert_untouched(repo, git)
+
+
 def test_release_refuses_an_existing_tag(repo, run_tool, git):
     new = _next_patch(_version(repo, PACKAGE))
     git(repo, "tag", f"{PACKAGE}-v{new}")
@@ -252,7 +285,10 @@ def test_an_api_key_becomes_a_token_login_for_twine(release_tool):
 
 
 @pytest.mark.slow
-def test_a_failing_check_undoes_the_bump_and_runs_the_smallest_example(repo, run_tool, git):
+def test_a_failing_check_undoes_the_bump_and_runs_the_smallest_example(
+    repo, run_tool, git, mark_released
+):
+    mark_released(repo, "paravt-core")
     examples = repo / "packages" / PACKAGE / "examples"
     examples.mkdir(exist_ok=True)
     # The smallest example fails on purpose, so the release stops after install + import.

@@ -5,7 +5,9 @@
     python tools/release.py check-ranges
 
 `release` refuses a dirty tree, a version that does not increase, an empty `## [Unreleased]`
-changelog section, an existing tag and a bump that a sibling's declared range would not admit.
+changelog section, an existing tag, a bump that a sibling's declared range would not admit, and a
+package whose siblings' code in the tree is not what its users would install (a sibling with
+unreleased changes, or a range admitting a sibling release older than the tree's).
 Then it bumps `version` in packages/<package>/pyproject.toml, moves Unreleased to
 `## [<version>] - <today>` under a fresh empty Unreleased, builds that package's sdist and wheel
 only, checks them (wheel metadata, `twine check --strict`, and a fresh venv that installs the wheel
@@ -199,6 +201,76 @@ def check_sibling_ranges(
                     f"{where} [{section}]: {pkg.name} requires {req} with no upper bound, so a "
                     f"future breaking {sibling} would be admitted; write {want!r}"
                 )
+    return problems
+
+
+def released_versions(pkg: Package) -> list[Version]:
+    """The versions `pkg`'s CHANGELOG.md has a section for (`## [0.2.0] - 2026-11-26`), newest
+    first: the releases a user can install from the index."""
+    try:
+        text = pkg.changelog.read_text(encoding="utf-8")
+    except OSError:
+        return []
+    found = []
+    for heading in re.findall(r"^## \[([^\]]+)\]", text, re.M):
+        try:
+            found.append(Version(heading))
+        except InvalidVersion:
+            continue  # [Unreleased]
+    return sorted(found, reverse=True)
+
+
+def tested_range(name: str, version: Version) -> str:
+    """The range a package should declare for the sibling `version` it is built and tested with:
+    that version up to the next breaking one (>=0.3.1,<0.4 for 0.3.1, >=1.2.0,<2 for 1.2.0)."""
+    upper = f"0.{version.minor + 1}" if version.major == 0 else f"{version.major + 1}"
+    return f"{name}>={version},<{upper}"
+
+
+def unreleased_sibling_problems(
+    pkg: Package, packages: Mapping[str, Package], root: Path = ROOT
+) -> list[str]:
+    """Why `pkg` may not be released yet against its siblings, [] when it may.
+
+    A release is built and checked against its siblings as they stand in this tree, but a user's
+    `pip install` takes them from the index, anywhere in the declared range. So for each
+    requirement naming a sibling: the sibling must have no entries under `## [Unreleased]` (else
+    its last release lacks code this one was tested with: a missing name fails loudly, a changed
+    rule silently), and the range must admit no released version of it older than the one in the
+    tree. Each problem names the file and the fix.
+    """
+    where = _rel(pkg.pyproject, root)
+    problems = []
+    for section, req in pkg.all_requirements():
+        sibling = packages.get(canonicalize_name(req.name))
+        if sibling is None or sibling.name == pkg.name:
+            continue
+        changelog = _rel(sibling.changelog, root)
+        try:
+            pending = unreleased_entries(sibling.changelog.read_text(encoding="utf-8"), changelog)
+        except (OSError, ReleaseError):  # no changelog or no Unreleased section: nothing pending
+            pending = []
+        if pending:
+            problems.append(
+                f"{where} [{section}]: {pkg.name} is built and tested against {sibling.name} as "
+                f"it stands in this tree, which has changes under [Unreleased] ({changelog}), "
+                f"but `pip install` would take the last release of {sibling.name}, without "
+                f"them; release {sibling.name} first (nox -s release -- {sibling.name} "
+                f"<version>), then require that version here (like "
+                f"{tested_range(sibling.name, sibling.version)!r}, with the version it got)"
+            )
+            continue
+        older = [
+            v
+            for v in released_versions(sibling)
+            if v < sibling.version and req.specifier.contains(v, prereleases=True)
+        ]
+        if older:
+            problems.append(
+                f"{where} [{section}]: {pkg.name} requires {req}, which admits {sibling.name} "
+                f"{older[0]} (released, older than the {sibling.version} it is tested with here); "
+                f"write {tested_range(sibling.name, sibling.version)!r}"
+            )
     return problems
 
 
@@ -597,6 +669,12 @@ def release(
     if problems:
         raise ReleaseError(
             f"releasing {pkg.name} {new} would leave internal ranges broken:\n  "
+            + "\n  ".join(problems)
+        )
+    problems = unreleased_sibling_problems(pkg, packages, root)
+    if problems:
+        raise ReleaseError(
+            f"releasing {pkg.name} {new} would ship code its users' siblings lack:\n  "
             + "\n  ".join(problems)
         )
     pyproject_text = pkg.pyproject.read_text(encoding="utf-8")
