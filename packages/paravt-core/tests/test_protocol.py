@@ -175,3 +175,19 @@ def test_a_validation_clamp_reaches_the_tool_response_and_the_calls_trace() -> N
     assert record.note.startswith(expected)
     (tool_message,) = [m for m in episode.main.messages if m.role == "tool"]
     assert expected in tool_message.text
+
+
+def test_message_text_skips_the_null_text_of_parts_read_from_a_table() -> None:
+    # pyarrow's to_pylist (a parquet file, a Hugging Face dataset) gives every part of a
+    # list<struct> column every field, None where the part has none: the video part's null text
+    # must not become the word "None" in front of the question
+    from paravt.core import content_text
+
+    parts = [
+        {"type": "video", "video": "a.mp4", "text": None},
+        {"type": "text", "video": None, "text": "What colour is the square?"},
+    ]
+    assert content_text(parts) == "What colour is the square?"
+    assert content_text([{"type": "image"}, {"type": "text", "text": "a"}, "b"]) == "a"
+    assert content_text("plain") == "plain"
+    assert content_text(None) == ""

@@ -11,7 +11,13 @@ import pytest
 
 from paravt.core.episode_files import read_episodes
 from paravt.eval.metrics import mcq_score, record_trace, tool_scores
-from paravt.eval.synth_tasks import TASK_NAMES, process_grounding, process_mcq, write_synth_tasks
+from paravt.eval.synth_tasks import (
+    TASK_NAMES,
+    process_grounding,
+    process_mcq,
+    synth_documents,
+    write_synth_tasks,
+)
 from paravt.eval.traces import SampleTrace, read_traces
 
 TWO_CALLS = (
@@ -74,6 +80,36 @@ def test_task_scores_read_tool_use_from_the_recorded_trace():
 @pytest.fixture(scope="module")
 def task_dir(synth_dir, tmp_path_factory) -> Path:
     return write_synth_tasks(synth_dir, tmp_path_factory.mktemp("tasks"), limit=4)
+
+
+def test_a_prompt_stored_as_parts_gives_its_question_without_a_none(synth_dir, tmp_path):
+    # A dataset that stores the prompt as a native list of parts (as Hugging Face datasets do)
+    # reads back with every field on every part, the video part's text null; the question taken
+    # from the prompt (no question in extra_info) must be the text part alone.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    video = next((synth_dir / "videos").glob("*.mp4"))
+    prompt = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "video", "video": str(video)},
+                {"type": "text", "text": "Which colour is the square?\nA. red\nB. blue"},
+            ],
+        }
+    ]
+    table = pa.table(
+        {
+            "prompt": [prompt],
+            "videos": [[{"video": str(video)}]],
+            "extra_info": [json.dumps({"answer": "B", "question_type": "mcq"})],
+        }
+    )
+    assert table.to_pylist()[0]["prompt"][0]["content"][0]["text"] is None  # the table's shape
+    pq.write_table(table, tmp_path / "rl.parquet")
+    (doc,) = synth_documents(tmp_path)["paravt_synth_mcq"]
+    assert doc["question"] == "Which colour is the square?\nA. red\nB. blue"
 
 
 def test_the_synthetic_tasks_are_written_with_their_documents(task_dir):

@@ -295,11 +295,15 @@ class Message:
 def content_text(content: Any) -> str:
     """The text of a chat message's `content` in the OpenAI form that datasets and frameworks
     hand over: a string, or the `text` of each part of a part list joined (image and video parts
-    give none); anything else has no text."""
+    give none); anything else has no text. A part whose `text` is missing or null gives none: a
+    table's struct column (a parquet file, a Hugging Face dataset) gives every part every field,
+    so a video part reads `{"type": "video", "video": "a.mp4", "text": None}`."""
     if isinstance(content, str):
         return content
     if isinstance(content, Sequence):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+        return "".join(
+            p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str)
+        )
     return ""
 
 

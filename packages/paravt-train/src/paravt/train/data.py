@@ -37,6 +37,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from paravt.core import content_text
+
 SENTINEL_PREFIXES: tuple[str, ...] = (
     "longvt_source/",
     "museg/charades/",
@@ -186,14 +188,14 @@ class RLExample:
         """The last user message's text without the video placeholder."""
         for m in reversed(self.messages):
             if m["role"] == "user":
-                return _text_of(m["content"]).replace(VIDEO_PLACEHOLDER, "").strip()
+                return content_text(m["content"]).replace(VIDEO_PLACEHOLDER, "").strip()
         return ""
 
     @property
     def system(self) -> str | None:
         for m in self.messages:
             if m["role"] == "system":
-                return _text_of(m["content"])
+                return content_text(m["content"])
         return None
 
 
@@ -226,14 +228,6 @@ class LoadReport:
             return f"{self.kept} rows, none skipped"
         counts = ", ".join(f"{k}: {v}" for k, v in sorted(self.missing_by_source.items()))
         return f"{self.kept} of {self.rows} rows kept; skipped for missing videos ({counts})"
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("text"))
-    return ""
 
 
 def read_rl_rows(
