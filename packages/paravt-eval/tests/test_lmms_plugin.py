@@ -112,6 +112,26 @@ def test_a_prompt_stored_as_parts_gives_its_question_without_a_none(synth_dir, t
     assert doc["question"] == "Which colour is the square?\nA. red\nB. blue"
 
 
+def test_a_row_whose_answer_reads_back_null_is_refused(synth_dir, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from paravt.eval.synth_tasks import SynthDataError
+
+    video = str(next((synth_dir / "videos").glob("*.mp4")))
+    infos = [{"answer": "B", "question_type": "mcq"}, {"answer": None, "question_type": "mcq"}]
+    table = pa.table(
+        {
+            "prompt": [[{"role": "user", "content": "<video>Which colour?"}]] * 2,
+            "videos": [[{"video": video}]] * 2,
+            "extra_info": infos,  # a struct column: the second row's answer is null
+        }
+    )
+    pq.write_table(table, tmp_path / "rl.parquet")
+    with pytest.raises(SynthDataError, match=r"rl\.parquet row 1: extra_info has no 'answer'"):
+        synth_documents(tmp_path)
+
+
 def test_the_synthetic_tasks_are_written_with_their_documents(task_dir):
     for name in TASK_NAMES:
         assert (task_dir / f"{name}.yaml").is_file()

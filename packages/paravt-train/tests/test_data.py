@@ -70,6 +70,19 @@ def test_a_schema_problem_names_file_row_and_column(tmp_path: Path) -> None:
         read_rl_rows([tmp_path / "bad.parquet"])
 
 
+def test_a_table_read_row_without_an_answer_is_refused_not_graded_as_none(tmp_path: Path) -> None:
+    # extra_info as a struct column (a Hugging Face dataset's shape): a row without an answer
+    # reads back {"answer": None, ...}, which must not become the answer "None"
+    _touch(tmp_path / "v.mp4")
+    infos = [{"answer": "red", "question_type": "oe"}, {"answer": None, "question_type": "oe"}]
+    pq.write_table(_rl_table(["v.mp4", "v.mp4"], extra=infos), tmp_path / "rl.parquet")
+    with pytest.raises(ParaVTDataError, match=r"rl\.parquet row 1 column 'extra_info'.*non-null"):
+        read_rl_rows([tmp_path / "rl.parquet"])
+    pq.write_table(_rl_table(["v.mp4"], extra=infos[:1]), tmp_path / "rl.parquet")
+    (example,), _ = read_rl_rows([tmp_path / "rl.parquet"])
+    assert example.answer == "red"
+
+
 def test_a_missing_column_is_named_with_the_columns_present(tmp_path: Path) -> None:
     pq.write_table(pa.table({"prompt": ["x"]}), tmp_path / "p.parquet")
     with pytest.raises(ParaVTDataError, match="has no 'videos', 'extra_info' column"):

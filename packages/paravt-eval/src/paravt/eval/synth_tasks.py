@@ -130,8 +130,8 @@ def synth_documents(synth_dir: str | Path) -> dict[str, list[dict[str, Any]]]:
         for i, row in enumerate(rows):
             where = f"{path.name} row {i}"
             info = _json(row["extra_info"])
-            if not isinstance(info, dict) or "answer" not in info:
-                raise SynthDataError(f"{where}: extra_info has no 'answer'")
+            if not isinstance(info, dict) or info.get("answer") is None:  # null in a struct column
+                raise SynthDataError(f"{where}: extra_info has no 'answer' (or a null one)")
             qtype = str(info.get("question_type", "oe")).lower()
             qtype = QUESTION_TYPE_ALIASES.get(qtype, qtype)
             if qtype not in TASKS:

@@ -253,10 +253,12 @@ def read_rl_rows(
             if not videos:
                 raise ParaVTDataError(f"{where} column 'videos': the row has no video")
             info = _json_or_value(cols["extra_info"][row], f"{where} column 'extra_info'")
-            if not isinstance(info, dict) or "answer" not in info:
+            # a struct column gives every row every field: a row without an answer reads None,
+            # which would be graded as the answer "None"
+            if not isinstance(info, dict) or info.get("answer") is None:
                 raise ParaVTDataError(
-                    f"{where} column 'extra_info': expected a mapping with 'answer' and "
-                    f"'question_type', got {info!r:.80}"
+                    f"{where} column 'extra_info': expected a mapping with a non-null 'answer' "
+                    f"and 'question_type', got {info!r:.80}"
                 )
             video = resolve_video(videos[0], root=root_path, base_dir=path.parent)
             if not video.is_file():
