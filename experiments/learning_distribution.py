@@ -6,8 +6,10 @@ script runs what the test runs, for one training seed, under one thread count an
 capability, and keeps the held-out scores per prompt so any test design can be judged on them:
 
 - the cold start (task data for the seed, 500 SFT steps) and the SFT policy's held-out scores;
-- PARA-GRPO from it, evaluated after each step in `--eval-at` (checkpoints of one run; the
-  learning-rate schedule is constant, so step 16 of a 32-step run is the 16-step run);
+- PARA-GRPO from it, evaluated after each step in `--eval-at` (checkpoints of one run; with a
+  step before the last among them the learning-rate schedule is constant, so step 16 of a
+  32-step run is the 16-step run; evaluated at the last step alone, as the test is, the run is
+  the shipped recipe with its decaying step);
 - the controls, each as long as the longest `--eval-at`: learning rate 0, the policy-gradient sign
   flipped, the loss mask inverted.
 
@@ -114,15 +116,19 @@ def main() -> None:
     }
     for name, (sabotage, lr) in runs.items():
         t = time.perf_counter()
+        eval_at = args.eval_at if name == "para_grpo" else [s for s in args.eval_at if s >= 16]
+        # checkpoints before the last step read as shorter runs only under a constant step (the
+        # distribution's 8 / 16 / 24 were measured so); evaluated at the last step alone (the
+        # learning test), the run is the shipped recipe, its decaying step included
+        schedule = ["optim.schedule=constant"] if any(s != steps for s in eval_at) else []
         evals = rl_from_cold_start(
             cold,
             work / name,
             lr=lr,
             steps=steps,
             sabotage=sabotage,
-            # its checkpoints read as shorter runs: the constant step it was measured under
-            extra=[*numeric, "optim.schedule=constant"],
-            eval_at=args.eval_at if name == "para_grpo" else [s for s in args.eval_at if s >= 16],
+            extra=[*numeric, *schedule],
+            eval_at=eval_at,
         )
         cell[name] = {str(s): scores(ev) for s, ev in evals.items()}
         cell["time_s"][name] = round(time.perf_counter() - t, 1)  # type: ignore[index]
