@@ -117,3 +117,49 @@ def test_a_crop_longer_than_the_recipe_allows_is_named_in_a_warning(
             source.messages_of(ex)
     warnings = [r.getMessage() for r in caplog.records if "max_crop_frames" in r.getMessage()]
     assert len(warnings) == 1 and "crop shows 2 frames" in warnings[0]
+
+
+def test_a_video_window_read_from_a_table_is_cropped_whichever_names_it_uses(
+    synth_dir: Path, tmp_path: Path
+) -> None:
+    # Two rows naming their windows differently (video_start/... and start_time/...): a table's
+    # struct column gives every part every field, so the second row's part also reads
+    # video_start=None; its window must still be the one it names, not the whole video.
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    shutil.copy(next((synth_dir / "videos").glob("*.mp4")), tmp_path / "v.mp4")
+
+    def row(part: dict[str, object]) -> list[dict[str, object]]:
+        return [
+            {"role": "user", "content": [part, {"type": "text", "text": "What is shown?"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "<answer>red</answer>"}]},
+        ]
+
+    rows = [
+        row(
+            {"type": "video", "video": "v.mp4", "video_start": 2.0, "video_end": 4.0, "nframes": 2}
+        ),
+        row(
+            {
+                "type": "video",
+                "video": "v.mp4",
+                "start_time": 12.0,
+                "end_time": 14.0,
+                "num_frames": 2,
+            }
+        ),
+    ]
+    table = pa.table({"messages": rows})
+    assert table.to_pylist()[1]["messages"][0]["content"][0]["video_start"] is None
+    pq.write_table(table, tmp_path / "sft.parquet")
+    examples, _ = read_sft_rows([tmp_path / "sft.parquet"])
+    source = FrameSource(VideoSpec(overview_frames=4, max_crop_frames=2, max_pixels=4096))
+    windows = []
+    for ex in examples:
+        user = next(m for m in source.messages_of(ex) if m.role == "user")
+        windows.append([float(t) for t in _timestamps(user.content)])
+    assert len(windows[0]) == 2 and all(2.0 <= t <= 4.0 for t in windows[0])
+    assert len(windows[1]) == 2 and all(12.0 <= t <= 14.0 for t in windows[1]), windows[1]

@@ -61,9 +61,11 @@ class FrameSource:
             return [ImagePart(Image.open(path).convert("RGB"))]
         video_url = part.get("video_url")
         spec: dict[str, Any] = video_url if isinstance(video_url, dict) else part
-        start = spec.get("video_start", spec.get("start_time"))
-        end = spec.get("video_end", spec.get("end_time"))
-        n = spec.get("nframes", spec.get("num_frames"))
+        # the first name given a value: a table's struct column gives every part every field,
+        # so a part that sets start_time reads video_start=None beside it
+        start = _given(spec, "video_start", "start_time")
+        end = _given(spec, "video_end", "end_time")
+        n = _given(spec, "nframes", "num_frames")
         if start is not None and end is not None:
             frames = self.window(path, float(start), float(end), int(n) if n else None)
         else:
@@ -137,3 +139,8 @@ class FrameSource:
             else:
                 out.append(Message(m["role"], parts))
         return out
+
+
+def _given(spec: dict[str, Any], *names: str) -> Any:
+    """The value of the first of `names` that `spec` gives (not None), else None."""
+    return next((spec[n] for n in names if spec.get(n) is not None), None)
