@@ -72,6 +72,12 @@ def main() -> None:
         help="control runs (default all three), each as long as the last --eval-at",
     )
     parser.add_argument(
+        "--sft-videos",
+        type=int,
+        default=None,
+        help="videos with cold-start teacher traces (default: miniature.SFT_VIDEOS)",
+    )
+    parser.add_argument(
         "--work", type=Path, default=None, help="scratch directory (default: next to --out)"
     )
     parser.add_argument("--out", type=Path, required=True, help="where the cell's JSON goes")
@@ -85,7 +91,14 @@ def main() -> None:
     import torch
 
     from paravt.core.testing import cached_tiny_qwen3vl
-    from paravt.train.miniature import LR, LR_ZERO, NUMERICS, cold_start, rl_from_cold_start
+    from paravt.train.miniature import (
+        LR,
+        LR_ZERO,
+        NUMERICS,
+        SFT_VIDEOS,
+        cold_start,
+        rl_from_cold_start,
+    )
 
     torch.set_num_threads(args.threads)
     capability = torch.backends.cpu.get_cpu_capability()
@@ -100,7 +113,14 @@ def main() -> None:
         return {"metrics": ev.metrics, "per_prompt": ev.per_prompt}  # type: ignore[attr-defined]
 
     numeric = NUMERICS[args.numeric]
-    cold = cold_start(work / "cold", cached_tiny_qwen3vl(seed=0), seed=args.seed, extra=numeric)
+    sft_videos = args.sft_videos or SFT_VIDEOS
+    cold = cold_start(
+        work / "cold",
+        cached_tiny_qwen3vl(seed=0),
+        seed=args.seed,
+        extra=numeric,
+        sft_videos=sft_videos,
+    )
     t_cold = time.perf_counter() - t0
     cell: dict[str, object] = {
         "seed": args.seed,
@@ -108,6 +128,7 @@ def main() -> None:
         "capability": capability,
         "numeric": args.numeric,
         "torch": torch.__version__,
+        "sft_videos": sft_videos,
         "before": scores(cold.before),
         "time_s": {"cold_start": round(t_cold, 1)},
     }

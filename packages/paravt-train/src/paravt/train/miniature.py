@@ -736,12 +736,13 @@ def cold_start(
     seed: int,
     extra: Sequence[str] = (),
     sft_steps: int | None = None,
+    sft_videos: int = SFT_VIDEOS,
 ) -> ColdStart:
     """Task data for `seed` (synth seeds offset by it), the SFT policy, its held-out scores.
     `extra`: recipe overrides of the SFT run and of the evaluation (numerics: e.g.
     `model.dtype=bfloat16`, `distributed.strategy=fsdp2` for the GPU's bf16 compute)."""
 
-    data = make_task_data(root, seed_offset=seed)
+    data = make_task_data(root, seed_offset=seed, n_sft=sft_videos)
     sft = sft_recipe(
         root / "sft",
         model,
