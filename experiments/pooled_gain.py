@@ -56,7 +56,9 @@ def judge_pairs(cells: dict[int, tuple[Evaluation, Evaluation]]) -> None:
         f"reward < +{REWARD_MARGIN:g}": lambda g: g["reward"].mean < REWARD_MARGIN,
         f"reward < {REWARD_Z:g} SE": lambda g: g["reward"].z < REWARD_Z,
     }
-    print(f"pairs passing the learning test's verdict: {sum(v[3] for v in verdicts)} of {len(verdicts)}")
+    print(
+        f"pairs passing the learning test's verdict: {sum(v[3] for v in verdicts)} of {len(verdicts)}"
+    )
     for name, miss in misses.items():
         print(f"  missing {name}: {sum(miss(v[2]) for v in verdicts)}")
     print("  failing pairs: " + ", ".join(f"{a}+{b}" for a, b, _, ok in verdicts if not ok))
