@@ -60,7 +60,7 @@ SKIPped, so the whole check fits a lease of about 8 minutes on one GPU):
    order, sampling), not in videos as the learning test's do, and share their held-out prompts. A
    seed is not started when the budget left cannot fit the first seed's measured time (the row
    says how many ran and why). The verdict, per strategy: the learning test's `learned` on the
-   accuracy and reward gains pooled over the seeds (+0.08 and 2 SE, +0.30 and 5 SE) and
+   accuracy and reward gains pooled over the seeds (accuracy not down, reward +0.26 and 6 SE) and
    `format_held` for every seed (at most 0.1 invalid calls an episode after RL, format ok down by
    at most 0.05); per seed the detail gives accuracy, reward, calls, invalid calls, tool
    responses, format ok and f_tau before -> after. With fewer steps the row is named
