@@ -163,3 +163,34 @@ def test_a_video_window_read_from_a_table_is_cropped_whichever_names_it_uses(
         windows.append([float(t) for t in _timestamps(user.content)])
     assert len(windows[0]) == 2 and all(2.0 <= t <= 4.0 for t in windows[0])
     assert len(windows[1]) == 2 and all(12.0 <= t <= 14.0 for t in windows[1]), windows[1]
+
+
+def test_a_synthetic_set_made_with_other_settings_is_refused_not_read(tmp_path: Path) -> None:
+    """A recipe whose `data.synth` changed (its size, seed or a setting) must not train on the set
+    an earlier run left in the same folder: its parquet files exist, so nothing is regenerated,
+    and they would be read as the recipe's."""
+    from paravt.train.examples import ensure_synth
+    from paravt.train.recipe import DataSpec, SynthSpec
+
+    out = tmp_path / "synth"
+
+    def spec(**change: object) -> DataSpec:
+        fields = {"n": 1, "seed": 3, "duration_s": 20.0, "question_types": ["oe"], **change}
+        synth = SynthSpec.model_validate({"out_dir": str(out), **fields})
+        return DataSpec(parquet=[str(out / "sft.parquet")], synth=synth)
+
+    ensure_synth(spec())  # generates
+    made = (out / "sft.parquet").stat().st_mtime_ns
+    ensure_synth(spec())  # the same set: read as it is
+    assert (out / "sft.parquet").stat().st_mtime_ns == made
+    for change, named in (
+        ({"n": 2}, "n=1 (the recipe: 2)"),
+        ({"seed": 4}, "seed=3 (the recipe: 4)"),
+        ({"duration_s": 16.0}, "duration_s=20.0 (the recipe: 16.0)"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(named)) as err:
+            ensure_synth(spec(**change))
+        assert str(out) in str(err.value) and "delete that folder" in str(err.value)
+    # a set made by other means (no manifest) is the user's to vouch for: read as it is
+    (out / "manifest.json").unlink()
+    ensure_synth(spec(n=2))

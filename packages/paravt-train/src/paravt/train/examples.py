@@ -3,6 +3,7 @@ one and its files are missing (rank 0 writes, every rank waits), then its rows r
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -15,17 +16,57 @@ from paravt.train.recipe import DataSpec
 log = logging.getLogger(__name__)
 
 
+def _synth_config(data: DataSpec) -> SynthConfig:
+    """The recipe's synth fields, as paravt-tools declares them (unset ones: paravt-tools' defaults)."""
+    assert data.synth is not None
+    return SynthConfig(
+        **data.synth.model_dump(include=set(SynthConfig.model_fields), exclude_none=True)
+    )
+
+
+def stale_synth(data: DataSpec) -> str | None:
+    """Why the synthetic set already in `data.synth.out_dir` is not the one the recipe asks for
+    (its `manifest.json`, written by paravt-tools synth, names another size, seed or setting), or
+    None when it is, or when there is no manifest to compare (a set made by other means)."""
+    if data.synth is None:
+        return None
+    manifest_path = Path(data.synth.out_dir) / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError):
+        return None
+    wanted = {
+        "n": data.synth.n,
+        "seed": data.synth.seed,
+        **_synth_config(data).model_dump(mode="json"),
+    }
+    made = {"n": manifest.get("n"), "seed": manifest.get("seed"), **manifest.get("config", {})}
+    differ = [k for k in wanted if k in made and made[k] != wanted[k]]
+    if not differ:
+        return None
+    shown = ", ".join(f"{k}={made[k]!r} (the recipe: {wanted[k]!r})" for k in differ)
+    return (
+        f"data.synth: {data.synth.out_dir} already holds a synthetic set made with {shown}, and "
+        "its parquet files would be read as if they were the recipe's; delete that folder to "
+        "generate the set the recipe asks for, or point data.synth.out_dir (and data.parquet) "
+        "elsewhere"
+    )
+
+
 def ensure_synth(data: DataSpec) -> None:
     """Generate the recipe's synthetic task set with `paravt.tools.synth.generate` when its parquet
-    files are missing (only for recipes with a `data.synth` section)."""
-    if data.synth is None or all(Path(p).exists() for p in data.parquet):
+    files are missing (only for recipes with a `data.synth` section); refuse one already there that
+    paravt-tools made with another size, seed or setting (`stale_synth`)."""
+    if data.synth is None:
+        return
+    if all(Path(p).exists() for p in data.parquet):
+        problem = stale_synth(data)
+        if problem:
+            raise ValueError(problem)
         return
     if is_rank0():
         s = data.synth
-        # the recipe's synth fields, as paravt-tools declares them (unset crop_max_frames: its default)
-        config = SynthConfig(
-            **s.model_dump(include=set(SynthConfig.model_fields), exclude_none=True)
-        )
+        config = _synth_config(data)
         log.info("generating %d synthetic tasks in %s (paravt-tools synth)", s.n, s.out_dir)
         result = generate(s.out_dir, n=s.n, config=config, seed=s.seed)
         log.info(
