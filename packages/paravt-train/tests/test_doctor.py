@@ -172,6 +172,27 @@ def test_synth_generates_only_inside_its_out_dir(
     assert "[FAIL] data.parquet: " + str(tmp_path / "elsewhere.parquet") in capsys.readouterr().out
 
 
+def test_a_synthetic_set_made_with_other_settings_is_a_failure(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import json
+
+    from paravt.train.recipe import load_recipe
+
+    _no_gpu(monkeypatch)
+    args = _here(tmp_path)
+    synth = load_recipe("tiny_sft", args).data.synth
+    assert synth is not None
+    (tmp_path / "synth").mkdir()
+    (tmp_path / "synth" / "sft.parquet").write_bytes(b"PAR1")
+    manifest = {"generator": "paravt.tools.synth", "n": synth.n + 5, "seed": synth.seed}
+    (tmp_path / "synth" / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["doctor", "--recipe", "tiny_sft", *args]) == 1
+    out = capsys.readouterr().out
+    assert f"[FAIL] data.synth: {tmp_path / 'synth'} already holds" in out
+    assert f"n={synth.n + 5} (the recipe: {synth.n})" in out
+
+
 @pytest.mark.parametrize(
     ("override", "expected"),
     [

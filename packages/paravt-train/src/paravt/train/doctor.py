@@ -223,6 +223,12 @@ def check_paths(recipe: SFTRecipe | RLRecipe) -> list[Finding]:
                     "generate it (`paravt-tools synth`), or set data.parquet=[PATH]",
                 )
             )
+    if synth is not None:
+        from paravt.train.examples import stale_synth
+
+        stale = stale_synth(recipe.data)
+        if stale:
+            out.append(Finding("FAIL", "data.synth", stale))
     root = recipe.data.root
     if root is not None and not Path(root).is_dir():
         out.append(

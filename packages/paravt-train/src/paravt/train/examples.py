@@ -46,7 +46,7 @@ def stale_synth(data: DataSpec) -> str | None:
         return None
     shown = ", ".join(f"{k}={made[k]!r} (the recipe: {wanted[k]!r})" for k in differ)
     return (
-        f"data.synth: {data.synth.out_dir} already holds a synthetic set made with {shown}, and "
+        f"{data.synth.out_dir} already holds a synthetic set made with {shown}, and "
         "its parquet files would be read as if they were the recipe's; delete that folder to "
         "generate the set the recipe asks for, or point data.synth.out_dir (and data.parquet) "
         "elsewhere"
@@ -62,7 +62,7 @@ def ensure_synth(data: DataSpec) -> None:
     if all(Path(p).exists() for p in data.parquet):
         problem = stale_synth(data)
         if problem:
-            raise ValueError(problem)
+            raise ValueError(f"data.synth: {problem}")
         return
     if is_rank0():
         s = data.synth
