@@ -140,6 +140,55 @@ def test_the_synthetic_tasks_are_written_with_their_documents(task_dir):
         assert all(Path(d["video"]).is_absolute() and Path(d["video"]).is_file() for d in docs)
 
 
+def test_a_task_without_documents_leaves_no_earlier_documents_behind(synth_dir, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = write_synth_tasks(synth_dir, tmp_path / "tasks")  # every task has documents
+    assert (out / "paravt_synth_oe.jsonl").is_file()
+    only_mcq = tmp_path / "only_mcq"
+    only_mcq.mkdir()
+    video = str(next((synth_dir / "videos").glob("*.mp4")))
+    table = pa.table(
+        {
+            "prompt": [[{"role": "user", "content": "<video>Which colour?\nA. red\nB. blue"}]],
+            "videos": [[{"video": video}]],
+            "extra_info": [json.dumps({"answer": "B", "question_type": "mcq"})],
+        }
+    )
+    pq.write_table(table, only_mcq / "rl.parquet")
+    write_synth_tasks(only_mcq, out)  # the same folder: the oe and grounding tasks are gone
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith("_")) == [
+        "paravt_synth_mcq.jsonl",
+        "paravt_synth_mcq.yaml",
+    ]
+    with pytest.raises(ValueError, match="limit must be at least 1"):
+        write_synth_tasks(only_mcq, out, limit=0)
+
+
+def test_each_synthetic_task_asks_for_its_own_kind_of_answer(task_dir):
+    # An open question read as multiple choice is told to answer with a letter and, under the
+    # paper's protocol (the default for a served model), graded on a letter it does not have: 0.
+    from paravt.core.agent_protocol import PAPER_PROTOCOL as PAPER
+    from paravt.eval.lmms_model import answer_kind_of
+    from paravt.eval.synth_tasks import process_oe
+
+    kinds = {
+        "paravt_synth_mcq": "mcq",
+        "paravt_synth_grounding": "grounding",
+        "paravt_synth_oe": "open",
+    }
+    for name, kind in kinds.items():
+        for doc in (json.loads(x) for x in (task_dir / f"{name}.jsonl").read_text().splitlines()):
+            assert answer_kind_of(name, doc) == kind
+            older = {k: v for k, v in doc.items() if k != "paravt_answer_kind"}  # written by 0.2.0
+            assert answer_kind_of(name, older) == kind
+    doc = json.loads((task_dir / "paravt_synth_oe.jsonl").read_text().splitlines()[0])
+    final = f"<think>The square is there.</think><answer>{doc['answer']}</answer>"
+    kept = PAPER.extract_answer(final, doc["answer"], answer_kind_of("paravt_synth_oe", doc))
+    assert process_oe(doc, [kept])["accuracy"] == 1.0
+
+
 @pytest.mark.slow
 def test_the_lmms_eval_cli_runs_paravt_on_four_synthetic_mcq_samples(
     tiny_model, task_dir, tmp_path, offline_env

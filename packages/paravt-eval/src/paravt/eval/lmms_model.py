@@ -134,13 +134,30 @@ def sample_from_messages(
 GROUNDING_TASK_WORDS = ("grounding", "charades", "tvg")
 
 
+# A document's `question_type` (paravt-tools' synthetic rows and documents written before
+# `paravt_answer_kind` existed) -> the answer kind it asks for.
+QUESTION_TYPE_KINDS = {
+    "mcq": "mcq",
+    "oe": "open",
+    "open": "open",
+    "tvg": "grounding",
+    "grounding": "grounding",
+    "temporal_grounding": "grounding",
+}
+
+
 def answer_kind_of(task: str, doc: dict[str, Any]) -> str:
     """`mcq`, `grounding` or `open` for a request: the document's `paravt_answer_kind` when it has
-    one, else `grounding` for task names that say so (temporal_grounding_charades, *_tvg), else
-    `mcq` (every other split the paper reports is multiple choice)."""
+    one, else the kind its `question_type` names (`oe`: open), else `grounding` for task names
+    that say so (temporal_grounding_charades, *_tvg), else `mcq` (every other split the paper
+    reports is multiple choice). An open question read as `mcq` would be told to answer with a
+    letter and, under the paper's protocol, graded on the letter it does not have: 0 every time."""
     kind = doc.get("paravt_answer_kind")
     if kind in ("mcq", "grounding", "open"):
         return str(kind)
+    qtype = doc.get("question_type")
+    if isinstance(qtype, str) and qtype.strip().lower() in QUESTION_TYPE_KINDS:
+        return QUESTION_TYPE_KINDS[qtype.strip().lower()]
     name = task.lower()
     return "grounding" if any(w in name for w in GROUNDING_TASK_WORDS) else "mcq"
 

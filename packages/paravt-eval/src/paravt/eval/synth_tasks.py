@@ -30,6 +30,8 @@ TASKS = {
 }
 TASK_NAMES = tuple(TASKS.values())
 QUESTION_TYPE_ALIASES = {"grounding": "tvg", "temporal_grounding": "tvg", "open": "oe"}
+# what the paravt model reads to prompt and grade each task's answers (`lmms_model.answer_kind_of`)
+ANSWER_KINDS = {"mcq": "mcq", "tvg": "grounding", "oe": "open"}
 VIDEO_PLACEHOLDER = "<video>"
 DEFAULT_TASK_DIR = "lmms_eval_tasks"
 
@@ -106,7 +108,8 @@ def _resolve(path: str, base: Path) -> Path:
 def synth_documents(synth_dir: str | Path) -> dict[str, list[dict[str, Any]]]:
     """Task name -> documents, from every RL parquet file under `synth_dir`.
 
-    A document: `id`, `video` (absolute path), `question`, `answer`, `question_type`, and
+    A document: `id`, `video` (absolute path), `question`, `answer`, `question_type`,
+    `paravt_answer_kind` (`mcq`, `grounding` or `open`), and
     `paravt_options` (JSON list) when `extra_info` lists the question and its options apart
     (otherwise the question is the prompt's user text, options included). Rows of other question types are
     left out. Raises `SynthDataError` naming the file and row of a malformed row or a missing video.
@@ -165,6 +168,7 @@ def synth_documents(synth_dir: str | Path) -> dict[str, list[dict[str, Any]]]:
                 "question": question,
                 "answer": str(answer),
                 "question_type": qtype,
+                "paravt_answer_kind": ANSWER_KINDS[qtype],
                 "paravt_options": json.dumps(list(options)) if options else "",
             }
             docs[TASKS[qtype]].append(doc)
@@ -186,8 +190,13 @@ def write_synth_tasks(
     """Write the three task YAMLs and their documents; return the directory for `--include_path`.
 
     `out_dir` defaults to `SYNTH_DIR/lmms_eval_tasks`; `limit` keeps the first N documents of each
-    task. Raises `SynthDataError` when a task would have no documents.
+    task. A task without documents is not written (and its files from an earlier call into
+    `out_dir` are removed). Raises `SynthDataError` when no task has documents.
     """
+    if limit is not None and limit < 1:
+        raise ValueError(
+            f"limit must be at least 1 document per task (or None for all), got {limit}"
+        )
     synth = Path(synth_dir)
     out = Path(out_dir) if out_dir is not None else synth / DEFAULT_TASK_DIR
     out.mkdir(parents=True, exist_ok=True)
@@ -200,7 +209,11 @@ def write_synth_tasks(
         if entry.name.endswith(".yaml") or entry.name.endswith("_yaml"):
             task = entry.name.removesuffix(".yaml")
             if task in docs and not docs[task]:
-                continue  # a task without documents would fail to load
+                # a task without documents would fail to load; one an earlier call wrote here
+                # would be evaluated on that call's documents: both files go
+                (out / entry.name).unlink(missing_ok=True)
+                (out / f"{task}.jsonl").unlink(missing_ok=True)
+                continue
             with resources.as_file(entry) as src:
                 shutil.copyfile(src, out / entry.name)
     for name, rows in docs.items():
