@@ -93,3 +93,23 @@ def test_temporal_iou_is_intersection_over_union() -> None:
     assert temporal_iou("[0, 5]", "[10, 20]") == 0.0
     assert temporal_iou("[10, 20]", "[10, 20]") == 1.0
     assert temporal_iou("soon", "[10, 20]") == 0.0
+
+
+def test_a_window_is_graded_by_its_overlap_not_by_its_digits() -> None:
+    # normalisation drops punctuation: '[5.0, 12.0]' and '[50, 120]' both read '50 120'
+    from paravt.rewards import RewardConfig, score
+
+    think = "<think>I check the clip.</think>"
+    wrong = think + "<answer>[50, 120]</answer>"  # no overlap with [5, 12]
+    for preset in (RewardConfig.paragrpo(), RewardConfig.vanilla()):
+        assert score(wrong, [5.0, 12.0], "tvg", preset).accuracy == 0.0
+        assert (
+            score(think + "<answer>[5, 12]</answer>", "[5.0, 12.0]", "tvg", preset).accuracy == 1.0
+        )
+        assert score(
+            think + "<answer>[6.5, 12]</answer>", "[5.0, 12.0]", "tvg", preset
+        ).accuracy == (pytest.approx(5.5 / 7))
+    # the released form keeps the released code's shortcut (agreement), one override away
+    assert score(wrong, [5.0, 12.0], "tvg", RewardConfig.reference_paragrpo()).accuracy == 1.0
+    ours = RewardConfig.paragrpo(grounding_shortcut=True)
+    assert score(wrong, [5.0, 12.0], "tvg", ours).accuracy == 1.0

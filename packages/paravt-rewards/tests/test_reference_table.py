@@ -224,7 +224,12 @@ def test_the_reference_constructors_are_the_released_form_and_one_override_from_
         (RewardConfig.paragrpo(), RewardConfig.reference_paragrpo()),
         (RewardConfig.vanilla(), RewardConfig.reference_vanilla()),
     ):
-        released = {"tool_credit": "parseable", "format_credit": "tags", "gamma": 0.0}
+        released = {
+            "tool_credit": "parseable",
+            "format_credit": "tags",
+            "gamma": 0.0,
+            "grounding_shortcut": True,
+        }
         assert {k: getattr(ref, k) for k in released} == released
         assert ours.model_copy(update=released) == ref
         assert RewardConfig.preset("reference_" + ("paragrpo" if ref.answer_suffix else "vanilla"))

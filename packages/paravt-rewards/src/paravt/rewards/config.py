@@ -80,6 +80,13 @@ class RewardConfig(BaseModel):
     exact_match_shortcut: bool = Field(
         True, description="A normalised exact match scores 1 whatever the mode (reference)."
     )
+    grounding_shortcut: bool = Field(
+        False,
+        description="Let the exact-match shortcut score a temporal_iou answer too, as the "
+        "released code does: its normalisation drops punctuation, so '[50, 120]' matches "
+        "'[5.0, 12.0]' and scores 1 at IoU 0. Off (ours, the presets): a window is scored by its "
+        "IoU alone (a right window's IoU is 1); the reference constructors turn it on.",
+    )
     answer_fallback: bool = Field(
         True,
         description="Without a closed <answer>, grade the last text outside any tag (e.g. a "
@@ -241,6 +248,16 @@ _VANILLA = {"answer_suffix": False, "lambda_anchor": 0.0, "format_weight": 1.0}
 # what the presets pay for (issue 44), and the released code's rules. Format credit for a parsing
 # structure joined the presets after run 9 (experiments/README.md, "evidence_credit.py"): with the
 # tiny recipes' step it kept every cell of 6 seeds in fp32 and in bf16 out of the invalid-call hole.
-_OURS = {"tool_credit": "evidence", "format_credit": "parses", "gamma": EVIDENCE_GAMMA}
-_RELEASED = {"tool_credit": "parseable", "format_credit": "tags", "gamma": 0.0}
+_OURS = {
+    "tool_credit": "evidence",
+    "format_credit": "parses",
+    "gamma": EVIDENCE_GAMMA,
+    "grounding_shortcut": False,
+}
+_RELEASED = {
+    "tool_credit": "parseable",
+    "format_credit": "tags",
+    "gamma": 0.0,
+    "grounding_shortcut": True,
+}
 PRESETS: tuple[str, ...] = get_args(PresetName)

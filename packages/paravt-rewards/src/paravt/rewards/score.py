@@ -89,9 +89,12 @@ def _accuracy(
 ) -> tuple[float, JudgeOutcome | None]:
     if not answer or not ground_truth.strip():
         return 0.0, None
-    # normalised once: the exact-match shortcut and token F1 share it
+    # normalised once: the exact-match shortcut and token F1 share it. A window's text loses its
+    # decimal points to the normalisation ('[5.0, 12.0]' reads '50 120'), so only the released
+    # form (grounding_shortcut) lets the shortcut grade one; ours grades a window by its IoU.
+    shortcut = config.exact_match_shortcut and (mode != "temporal_iou" or config.grounding_shortcut)
     norm_answer = norm_truth = None
-    if config.exact_match_shortcut or mode in ("exact", "f1"):
+    if shortcut or mode in ("exact", "f1"):
         norm_answer, norm_truth = normalize_text(answer), normalize_text(ground_truth)
         if norm_answer and norm_answer == norm_truth:
             return 1.0, None
