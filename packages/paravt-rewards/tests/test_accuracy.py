@@ -113,3 +113,18 @@ def test_a_window_is_graded_by_its_overlap_not_by_its_digits() -> None:
     assert score(wrong, [5.0, 12.0], "tvg", RewardConfig.reference_paragrpo()).accuracy == 1.0
     ours = RewardConfig.paragrpo(grounding_shortcut=True)
     assert score(wrong, [5.0, 12.0], "tvg", ours).accuracy == 1.0
+
+
+def test_an_article_after_the_answer_is_not_option_a() -> None:
+    # "a" in "the answer is a red car" is an article; the answer names option C by its text
+    from paravt.rewards.accuracy import extract_choice, mcq_accuracy
+
+    options = ["blue car", "green car", "a red car"]
+    for said in ("The answer is a red car", "Answer: a red car.", "the answer is: a red car"):
+        assert extract_choice(said, options) == "C", said
+        assert mcq_accuracy(said, "C", options) == 1.0 and mcq_accuracy(said, "A", options) == 0.0
+    assert extract_choice("The answer is a red car") is None  # no options: no letter named
+    # a small letter still counts where it ends the answer
+    for said, letter in (("the answer is b", "B"), ("Answer: (c).", "C"), ("option d", "D")):
+        assert extract_choice(said, options) == letter, said
+    assert extract_choice("The answer is B because it is blue", options) == "B"

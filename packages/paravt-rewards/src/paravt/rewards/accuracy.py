@@ -97,17 +97,22 @@ def token_f1_normalized(prediction: str, ground_truth: str) -> float:
 
 def _letter_patterns(letters: str) -> list[re.Pattern[str]]:
     cls = "[" + re.escape(letters) + "]"
+    # after "answer is" / "answer:" / "option": a capital letter, or a small one that ends the
+    # answer ("answer: b."); a small letter followed by words is an article or a word ("The
+    # answer is a red car" names no option A)
+    letter = rf"\(?(?:({cls})\b|({cls.lower()})\)?[.):]?\s*$)"
     return [
         re.compile(rf"^\(?({cls})\)?[.):]?$"),  # B, (B), B., B)
         re.compile(rf"^\(?({cls})[.):]\s"),  # "B. text", "(B) text", "B) text"
         re.compile(rf"^\(({cls})\)\s"),
-        re.compile(rf"answer\s+is\s*(?:[:\-]\s*)?\(?({cls})\b", re.IGNORECASE),
-        re.compile(rf"answer\s*[:\-]\s*\(?({cls})\b", re.IGNORECASE),
-        re.compile(rf"\boption\s*\(?({cls})\b", re.IGNORECASE),
+        re.compile(rf"(?i:answer\s+is)\s*(?:[:\-]\s*)?{letter}"),
+        re.compile(rf"(?i:answer)\s*[:\-]\s*{letter}"),
+        re.compile(rf"\b(?i:option)\s*{letter}"),
     ]
 
 
 _PATTERN_CACHE: dict[str, tuple[list[re.Pattern[str]], re.Pattern[str]]] = {}
+_SAID = re.compile(r"(?i:answer\s+is|answer\s*[:\-])\s*(.+?)\s*$", re.DOTALL)
 
 
 def _patterns(letters: str) -> tuple[list[re.Pattern[str]], re.Pattern[str]]:
@@ -146,8 +151,9 @@ def option_texts(options: Options, letters: str = "ABCDEFGHIJ") -> dict[str, str
 def extract_choice(answer: str, options: Options = None, letters: str = "ABCDEFGHIJ") -> str | None:
     """The option letter an answer names, or None.
 
-    Accepts `B`, `(B)`, `B.`, `B) text`, `Option B`, `The answer is B`, `Answer: B`, an option's
-    text when `options` are given, and as a last resort a single distinct capital letter standing
+    Accepts `B`, `(B)`, `B.`, `B) text`, `Option B`, `The answer is B`, `Answer: B` (a small
+    letter only where it ends the answer: "the answer is a red car" names no option A), an
+    option's text when `options` are given (alone or after "the answer is"), and as a last resort a single distinct capital letter standing
     alone in the answer (the reference's loosest rule).
     """
     text = _cut(answer).strip()
@@ -161,14 +167,17 @@ def extract_choice(answer: str, options: Options = None, letters: str = "ABCDEFG
             return m.group(1)
     for pat in pats[1:]:
         m = pat.search(text)
-        if m and m.group(1).upper() in letters:
-            return m.group(1).upper()
+        found = m and next((g for g in m.groups() if g), None)
+        if found and found.upper() in letters:
+            return found.upper()
     if options is not None:
-        norm = normalize_text(text)
-        if norm:
-            for letter, option in option_texts(options, letters).items():
-                if normalize_text(option) == norm:
-                    return letter
+        said = _SAID.search(text)  # "The answer is a red car": the option's text after the phrase
+        for candidate in (text, said.group(1) if said else ""):
+            norm = normalize_text(candidate)
+            if norm:
+                for letter, option in option_texts(options, letters).items():
+                    if normalize_text(option) == norm:
+                        return letter
     found = {m.group(1) for m in lone.finditer(text)}
     if len(found) == 1:
         return found.pop()
