@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from paravt.train.engine_registry import engine_checks
 from paravt.train.recipe import RLRecipe, load_recipe
+from paravt.train.synth_sets import stale_synth
 
 if TYPE_CHECKING:
     from paravt.train.recipe import RLRecipe, SFTRecipe
@@ -224,8 +225,6 @@ def check_paths(recipe: SFTRecipe | RLRecipe) -> list[Finding]:
                 )
             )
     if synth is not None:
-        from paravt.train.examples import stale_synth
-
         stale = stale_synth(recipe.data)
         if stale:
             out.append(Finding("FAIL", "data.synth", stale))

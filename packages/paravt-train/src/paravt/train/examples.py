@@ -3,7 +3,6 @@ one and its files are missing (rank 0 writes, every rank waits), then its rows r
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -12,45 +11,9 @@ from typing import Any
 from paravt.tools import SynthConfig, generate
 from paravt.train.ranks import barrier, is_rank0
 from paravt.train.recipe import DataSpec
+from paravt.train.synth_sets import stale_synth
 
 log = logging.getLogger(__name__)
-
-
-def _synth_config(data: DataSpec) -> SynthConfig:
-    """The recipe's synth fields, as paravt-tools declares them (unset ones: paravt-tools' defaults)."""
-    assert data.synth is not None
-    return SynthConfig(
-        **data.synth.model_dump(include=set(SynthConfig.model_fields), exclude_none=True)
-    )
-
-
-def stale_synth(data: DataSpec) -> str | None:
-    """Why the synthetic set already in `data.synth.out_dir` is not the one the recipe asks for
-    (its `manifest.json`, written by paravt-tools synth, names another size, seed or setting), or
-    None when it is, or when there is no manifest to compare (a set made by other means)."""
-    if data.synth is None:
-        return None
-    manifest_path = Path(data.synth.out_dir) / "manifest.json"
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except (OSError, ValueError):
-        return None
-    wanted = {
-        "n": data.synth.n,
-        "seed": data.synth.seed,
-        **_synth_config(data).model_dump(mode="json"),
-    }
-    made = {"n": manifest.get("n"), "seed": manifest.get("seed"), **manifest.get("config", {})}
-    differ = [k for k in wanted if k in made and made[k] != wanted[k]]
-    if not differ:
-        return None
-    shown = ", ".join(f"{k}={made[k]!r} (the recipe: {wanted[k]!r})" for k in differ)
-    return (
-        f"{data.synth.out_dir} already holds a synthetic set made with {shown}, and "
-        "its parquet files would be read as if they were the recipe's; delete that folder to "
-        "generate the set the recipe asks for, or point data.synth.out_dir (and data.parquet) "
-        "elsewhere"
-    )
 
 
 def ensure_synth(data: DataSpec) -> None:
@@ -66,7 +29,10 @@ def ensure_synth(data: DataSpec) -> None:
         return
     if is_rank0():
         s = data.synth
-        config = _synth_config(data)
+        # the recipe's synth fields, as paravt-tools declares them (unset ones: its defaults)
+        config = SynthConfig(
+            **s.model_dump(include=set(SynthConfig.model_fields), exclude_none=True)
+        )
         log.info("generating %d synthetic tasks in %s (paravt-tools synth)", s.n, s.out_dir)
         result = generate(s.out_dir, n=s.n, config=config, seed=s.seed)
         log.info(
