@@ -437,12 +437,25 @@ def block_torchcodec() -> str:
     return "imported for predecoding, then blocked" if present else "blocked (never imported)"
 
 
+def task_sets(root: Path, videos: int | None) -> Any:
+    """`miniature.make_task_data` in `root` with `videos` per set (None: the miniature's)."""
+    n = {"n_sft": videos, "n_rl": videos, "n_eval": videos} if videos else {}
+    return make_task_data(root, **n)  # type: ignore[arg-type]
+
+
+def prepared_task_sets(root: Path) -> Any:
+    """The task sets `prepare_data` made in `root`, at the size it made them (its manifest's
+    `videos_per_set`): asked at another size, paravt-train refuses the sets as stale."""
+    manifest = json.loads((root / DATA_MANIFEST).read_text())
+    videos = manifest.get("videos_per_set")
+    return task_sets(root, videos if isinstance(videos, int) else None)
+
+
 def prepare_data(root: Path, videos: int | None) -> dict[str, Any]:
     """The miniature's task sets (synthetic videos and rows), their frames and the tiny model, in
     `root`; needs torchcodec (encoding and decoding). Returns the data manifest."""
     root.mkdir(parents=True, exist_ok=True)
-    n = {"n_sft": videos, "n_rl": videos, "n_eval": videos} if videos else {}
-    data = make_task_data(root, **n)  # type: ignore[arg-type]
+    data = task_sets(root, videos)
     spec = sft_recipe(root / "unused", root / "model", data).video
     store = predecode(root, spec)
     model = root / "model"
@@ -1979,7 +1992,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
     work = (args.work or out / "work").resolve()
-    data_sets, store = make_task_data(data), FrameStore(data)
+    data_sets, store = prepared_task_sets(data), FrameStore(data)
     ctx = Ctx(args, device, out, work, data, data_sets, store, data / "model", time.monotonic())
     if args.learning_child:  # one seed of the learning row, in its own process
         seed, strategy = args.learning_child.split(":")
