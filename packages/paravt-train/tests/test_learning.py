@@ -6,7 +6,8 @@ colour is the square?". The overview (K = 2 or 4 frames, nFrames gating) usually
 parallel `crop_video` calls over the halves of the video always find it, and the sub-agents (the
 same tiny model) say which colour. Half of the cold start's teacher traces answer from the overview
 alone, so the SFT policy calls the tool on only some prompts. RL with the real runtime, real
-`crop_video` on real mp4 files and real sub-agents must then raise held-out accuracy and reward.
+`crop_video` on real mp4 files and real sub-agents must then raise the held-out reward without
+lowering held-out accuracy.
 
 The verdict is built to hold on any CPU (paravt-train's README has the measured distribution over
 seeds, numerics and CPU kernels, and why these numbers): for each seed in `SEEDS` a cold start
