@@ -153,8 +153,9 @@ def extract_choice(answer: str, options: Options = None, letters: str = "ABCDEFG
 
     Accepts `B`, `(B)`, `B.`, `B) text`, `Option B`, `The answer is B`, `Answer: B` (a small
     letter only where it ends the answer: "the answer is a red car" names no option A), an
-    option's text when `options` are given (alone or after "the answer is"), and as a last resort a single distinct capital letter standing
-    alone in the answer (the reference's loosest rule).
+    option's text when `options` are given (alone or after "the answer is"), and as a last
+    resort a single distinct capital letter standing alone in the answer (the reference's
+    loosest rule).
     """
     text = _cut(answer).strip()
     if not text:
