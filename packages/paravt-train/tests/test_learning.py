@@ -15,7 +15,7 @@ and `RL_STEPS` PARA-GRPO steps; the held-out gains (after - before, paired by pr
 the seeds' prompts) must clear an absolute margin and a number of standard errors, for accuracy and
 for reward (`paravt.train.miniature.learned`: since 2026-12-03 the reward must rise by +0.26 and 6
 standard errors and accuracy must not fall; a seed's accuracy gain is a draw of its cold start, so
-that RL raises held-out accuracy is measured over 12 seeds per numeric in experiments/README.md,
+that RL raises held-out accuracy is measured over 16 seeds per numeric in experiments/README.md,
 not by two seeds here), and every seed must stay out of the invalid-call
 hole (`format_held`: at most `INVALID_CALLS_MAX` invalid calls per held-out episode after RL,
 format ok at most `FORMAT_OK_DROP_MAX` below the SFT policy's). Each run's line also prints, per

@@ -882,7 +882,7 @@ LEARNING_THREADS = 1
 # is lower, rounded down, never below zero. Under the shipped reward a seed's accuracy gain is a
 # draw of its cold start (whether its sub-agents read the crops), so two seeds cannot carry an
 # accuracy margin (the old +0.08 held on 37 of 66 fp32 pairs, 23 of 66 bf16): held-out accuracy
-# must not fall, the reward must rise; that accuracy rises is shown over 12 seeds per numeric.
+# must not fall, the reward must rise; that accuracy rises is shown over 16 seeds per numeric.
 ACCURACY_MARGIN, ACCURACY_Z = 0.0, 0.0
 REWARD_MARGIN, REWARD_Z = 0.26, 6.0
 # The lr-0 control must give the SFT policy's scores again, within these (half the margins of
