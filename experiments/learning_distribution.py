@@ -82,6 +82,8 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, required=True, help="where the cell's JSON goes")
     args = parser.parse_args()
+    if args.sft_videos is not None and args.sft_videos < 1:
+        parser.error(f"--sft-videos {args.sft_videos}: at least 1 video")
 
     if args.capability and os.environ.get("ATEN_CPU_CAPABILITY") != args.capability:
         os.environ["ATEN_CPU_CAPABILITY"] = args.capability
@@ -113,7 +115,7 @@ def main() -> None:
         return {"metrics": ev.metrics, "per_prompt": ev.per_prompt}  # type: ignore[attr-defined]
 
     numeric = NUMERICS[args.numeric]
-    sft_videos = args.sft_videos or SFT_VIDEOS
+    sft_videos = SFT_VIDEOS if args.sft_videos is None else args.sft_videos
     cold = cold_start(
         work / "cold",
         cached_tiny_qwen3vl(seed=0),

@@ -62,8 +62,8 @@ def judge_pairs(cells: dict[int, tuple[Evaluation, Evaluation]]) -> None:
     for name, miss in misses.items():
         print(f"  missing {name}: {sum(miss(v[2]) for v in verdicts)}")
     print("  failing pairs: " + ", ".join(f"{a}+{b}" for a, b, _, ok in verdicts if not ok))
-    # the 10th percentile over the pairs (the lower of the two middle ranks' rule: index
-    # floor(0.1 * n) of the sorted values), the learning test's margins are read from it
+    # the 10th percentile over the pairs (index n // 10 of the sorted values, no interpolation):
+    # the learning test's thresholds are read from it
     for key, what in (("accuracy", "mean"), ("accuracy", "z"), ("reward", "mean"), ("reward", "z")):
         values = sorted(getattr(v[2][key], what) for v in verdicts)
         print(f"  10th percentile of the pairs' {key} {what}: {values[len(values) // 10]:+.3f}")

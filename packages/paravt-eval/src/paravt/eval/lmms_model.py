@@ -31,6 +31,7 @@ from paravt.eval.agent import EvalAgent, VideoQuestion, options_from
 from paravt.eval.config import EvalConfig, parse_eval_config
 from paravt.eval.episode_out import write_episode
 from paravt.eval.metrics import record_trace
+from paravt.eval.synth_tasks import answer_kind_of_type
 from paravt.eval.traces import SampleTrace, TraceWriter
 
 
@@ -134,18 +135,6 @@ def sample_from_messages(
 GROUNDING_TASK_WORDS = ("grounding", "charades", "tvg")
 
 
-# A document's `question_type` (paravt-tools' synthetic rows and documents written before
-# `paravt_answer_kind` existed) -> the answer kind it asks for.
-QUESTION_TYPE_KINDS = {
-    "mcq": "mcq",
-    "oe": "open",
-    "open": "open",
-    "tvg": "grounding",
-    "grounding": "grounding",
-    "temporal_grounding": "grounding",
-}
-
-
 def answer_kind_of(task: str, doc: dict[str, Any]) -> str:
     """`mcq`, `grounding` or `open` for a request: the document's `paravt_answer_kind` when it has
     one, else the kind its `question_type` names (`oe`: open), else `grounding` for task names
@@ -155,9 +144,9 @@ def answer_kind_of(task: str, doc: dict[str, Any]) -> str:
     kind = doc.get("paravt_answer_kind")
     if kind in ("mcq", "grounding", "open"):
         return str(kind)
-    qtype = doc.get("question_type")
-    if isinstance(qtype, str) and qtype.strip().lower() in QUESTION_TYPE_KINDS:
-        return QUESTION_TYPE_KINDS[qtype.strip().lower()]
+    by_type = answer_kind_of_type(doc.get("question_type"))
+    if by_type is not None:
+        return by_type
     name = task.lower()
     return "grounding" if any(w in name for w in GROUNDING_TASK_WORDS) else "mcq"
 

@@ -32,6 +32,17 @@ TASK_NAMES = tuple(TASKS.values())
 QUESTION_TYPE_ALIASES = {"grounding": "tvg", "temporal_grounding": "tvg", "open": "oe"}
 # what the paravt model reads to prompt and grade each task's answers (`lmms_model.answer_kind_of`)
 ANSWER_KINDS = {"mcq": "mcq", "tvg": "grounding", "oe": "open"}
+
+
+def answer_kind_of_type(question_type: object) -> str | None:
+    """The answer kind (`mcq`, `grounding`, `open`) a question type asks for, aliases accepted
+    (`open`, `grounding`, `temporal_grounding`); None for any other type."""
+    if not isinstance(question_type, str):
+        return None
+    qtype = question_type.strip().lower()
+    return ANSWER_KINDS.get(QUESTION_TYPE_ALIASES.get(qtype, qtype))
+
+
 VIDEO_PLACEHOLDER = "<video>"
 DEFAULT_TASK_DIR = "lmms_eval_tasks"
 
